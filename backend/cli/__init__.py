@@ -1,0 +1,1 @@
+"""Command line: `python -m backend COMMAND ...`. Each module here registers its own commands."""

@@ -1,0 +1,38 @@
+"""What every command shares: usage errors that exit 2 in one line, and the output contract.
+
+Contract: a command prints a readable table, then, as its last stdout line, one JSON document.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+
+class UsageError(Exception):
+    """Bad usage or bad input: printed as one line on stderr, exit status 2, no traceback."""
+
+
+def emit(table: str, document: dict[str, Any]) -> None:
+    """Print the human table, then the machine-readable JSON document as the final line."""
+    if table:
+        sys.stdout.write(table.rstrip("\n") + "\n")
+    sys.stdout.write(json.dumps(document, ensure_ascii=False, sort_keys=True) + "\n")
+    sys.stdout.flush()
+
+
+def format_table(headers: list[str], rows: list[list[Any]]) -> str:
+    """Fixed-width text table; floats get 4 significant digits."""
+
+    def cell(value: Any) -> str:
+        if isinstance(value, float):
+            return f"{value:.4g}"
+        return str(value)
+
+    body = [[cell(v) for v in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in body]
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""The deterministic half of copy-as-decode. Imports only the standard library (a test proves it)."""
