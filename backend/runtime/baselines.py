@@ -1,0 +1,298 @@
+"""Baselines through the same model and cache code: plain decoding and prompt-lookup decoding.
+
+Each takes a LoadedModel and the prompt as token ids (the prompt module builds them) and is a
+generator of DecodeEvents ending with one "done" event carrying the DecodeResult:
+
+    decode_plain          one model forward per output token                 (strategy "ar")
+    decode_prompt_lookup  n-gram drafts from prompt + output, checked in one
+                          forward; greedy output == decode_plain's output     (strategy "pld")
+    replay_plain          the target forced one token per forward             (mode "reference")
+    replay_prompt_lookup  drafts accepted while they match the target         (mode "reference")
+
+One loop (`_decode`) serves all four. Invariant: the cache holds prompt + output[:-1]; the last
+output token is "pending" and enters the cache at the front of the next forward, together with
+the drafts to check (as transformers' assisted decoding does), so a plain step and a draft check
+cost one forward each. `forwards` and `elapsed` count from after the prompt prefill; the
+prefill's own time is metrics["prefill_seconds"]. A reference replay also runs the forward after
+the last target token (the one that would predict EOS), so its forward count equals that of a
+model that decodes exactly the target and stops.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable, Iterator, Sequence
+
+from backend.runtime.events import DecodeEvent, DecodeResult
+from backend.runtime.kv import SequenceCache
+from backend.runtime.sampling import make_generator, sample_token
+
+# Choose the token at output position `index` from logits [V]; None = the target has ended.
+Chooser = Callable[[Any, int], "int | None"]
+# Draft tokens given prompt + output so far and how many drafts may be checked.
+Drafter = Callable[[list[int], int], list[int]]
+
+
+def prompt_lookup_candidates(
+    ids: Sequence[int], *, max_ngram_size: int = 2, num_pred_tokens: int = 10, eos_ids: Sequence[int] = ()
+) -> list[int]:
+    """Drafts as transformers' PromptLookupCandidateGenerator.get_candidates (5.24) proposes them.
+
+    For n = max_ngram_size .. 1: find the first (left-to-right) earlier occurrence of the last n
+    tokens that has a continuation; propose up to num_pred_tokens tokens that followed it, cut
+    before the first EOS. [] when nothing matches. Rejects sizes <= 0 (ValueError).
+    """
+    if max_ngram_size <= 0 or num_pred_tokens <= 0:
+        raise ValueError("max_ngram_size and num_pred_tokens must be positive")
+    ids = list(ids)
+    n = len(ids)
+    for size in range(min(max_ngram_size, n - 1), 0, -1):
+        tail = ids[n - size:]
+        start = -1
+        while True:
+            try:  # a match starting at n - size has no continuation: search before it
+                start = ids.index(tail[0], start + 1, n - size)
+            except ValueError:
+                break
+            if ids[start:start + size] == tail:
+                chosen = ids[start + size:min(start + size + num_pred_tokens, n)]
+                for i, token in enumerate(chosen):
+                    if token in eos_ids:
+                        return chosen[:i]
+                return chosen
+    return []
+
+
+class _Detokenizer:
+    """Incremental text of a growing token list; holds back a trailing partial UTF-8 character."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.ids: list[int] = []
+        self.emitted = ""
+
+    def text(self) -> str:
+        if self.tokenizer is None:
+            return ""
+        return self.tokenizer.decode(self.ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def add(self, ids: Sequence[int]) -> str:
+        self.ids.extend(ids)
+        full = self.text()
+        if full.endswith("\ufffd"):
+            return ""
+        return self.flush(full)
+
+    def flush(self, full: str | None = None) -> str:
+        full = self.text() if full is None else full
+        new = full[len(self.emitted):] if full.startswith(self.emitted) else ""
+        self.emitted = full if full.startswith(self.emitted) else self.emitted
+        return new
+
+
+def _decode(
+    loaded: Any,
+    prompt_ids: Sequence[int],
+    *,
+    strategy: str,
+    mode: str,
+    choose: Chooser,
+    draft: Drafter | None,
+    max_new_tokens: int | None,
+    eos_ids: Sequence[int],
+    cancel: threading.Event | None,
+) -> Iterator[DecodeEvent]:
+    """The shared loop: prefill, then one forward per iteration (pending token + drafts)."""
+    prompt = [int(t) for t in prompt_ids]
+    if not prompt:
+        raise ValueError("empty prompt")
+    if max_new_tokens is not None and max_new_tokens <= 0:
+        raise ValueError("max_new_tokens must be positive")
+    eos = set(int(t) for t in eos_ids)
+    cache = SequenceCache(loaded.model)
+    detok = _Detokenizer(loaded.tokenizer)
+    output: list[int] = []
+    drafted = accepted_drafts = 0
+
+    started = time.perf_counter()
+    produced = [choose(cache.append_span(prompt), 0)]  # prefill: logits [V] -> the first token
+    prefill_seconds = time.perf_counter() - started
+    t0 = time.perf_counter()
+    base = cache.forwards  # the prefill is not counted
+
+    def forwards() -> int:
+        return cache.forwards - base
+
+    def elapsed() -> float:
+        return time.perf_counter() - t0
+
+    stop_reason = None
+    while True:
+        # 1. take the tokens the last forward produced (stop at the end of target, EOS or max tokens)
+        taken: list[int] = []
+        for token in produced:
+            if token is None:
+                stop_reason = "complete"
+            elif token in eos:
+                stop_reason = "eos"
+            else:
+                taken.append(token)
+                if max_new_tokens is not None and len(output) + len(taken) >= max_new_tokens:
+                    stop_reason = "max_tokens"
+            if stop_reason:
+                break
+        output += taken
+        if taken:
+            yield DecodeEvent("gen", detok.add(taken), len(taken), forwards(), elapsed())
+        if stop_reason is None and cancel is not None and cancel.is_set():
+            stop_reason = "cancel"
+        if stop_reason:
+            break
+        # 2. one forward: the pending token + drafts (logits [1 + k, V]); accept the matching prefix
+        pending = output[-1]
+        room = None if max_new_tokens is None else max_new_tokens - len(output) - 1
+        drafts = draft(prompt + output, room if room is not None else 1 << 30) if draft else []
+        if room is not None:
+            drafts = drafts[:max(room, 0)]
+        if not drafts:
+            produced = [choose(cache.step(pending), len(output))]
+            continue
+        logits = cache.append_span_all([pending] + drafts)
+        produced = []
+        for i, proposed in enumerate(drafts):
+            produced.append(choose(logits[i], len(output) + i))
+            if produced[-1] != proposed:
+                break
+        else:
+            produced.append(choose(logits[len(drafts)], len(output) + len(drafts)))
+        hits = len(produced) - 1
+        cache.rollback(len(drafts) - hits)
+        drafted += len(drafts)
+        accepted_drafts += hits
+
+    tail = detok.flush()
+    if tail:
+        yield DecodeEvent("gen", tail, 0, forwards(), elapsed())
+    wall = elapsed()
+    metrics = {
+        "tokens_copied": 0,
+        "tokens_generated": len(output),
+        "tokens_tag": 0,
+        "forwards": forwards(),
+        "wall_seconds": wall,
+        "prefill_seconds": prefill_seconds,
+        "tokens_per_second": len(output) / wall if wall > 0 else 0.0,
+        "jump_forward_tokens": 0,
+        "boundary_retokenized": 0,
+        "accepted_draft_tokens": accepted_drafts,
+        "draft_tokens": drafted,
+        "output_tokens": len(output),
+        "prompt_tokens": len(prompt),
+    }
+    result = DecodeResult(
+        strategy=strategy, mode=mode, output=detok.text(), program=None,
+        partial=stop_reason in ("max_tokens", "cancel"), stop_reason=stop_reason, error=None, metrics=metrics,
+    )
+    yield DecodeEvent("done", "", 0, forwards(), wall, result)
+
+
+def _sampler(temperature: float, top_p: float, seed: int | None) -> Chooser:
+    generator = make_generator(seed) if temperature > 0 else None
+    return lambda logits, _index: sample_token(logits, temperature, top_p, generator)
+
+
+def _forced(target_ids: Sequence[int]) -> Chooser:
+    target = [int(t) for t in target_ids]
+    return lambda _logits, index: target[index] if index < len(target) else None
+
+
+def _prompt_lookup(max_ngram_size: int, num_pred_tokens: int, eos_ids: Sequence[int]) -> Drafter:
+    def drafter(ids: list[int], room: int) -> list[int]:
+        return prompt_lookup_candidates(
+            ids, max_ngram_size=max_ngram_size, num_pred_tokens=min(num_pred_tokens, max(room, 1)), eos_ids=eos_ids
+        )
+
+    return drafter
+
+
+def _eos(loaded: Any, eos_ids: Sequence[int] | None) -> tuple[int, ...]:
+    return tuple(loaded.eos_ids if eos_ids is None else eos_ids)
+
+
+def decode_plain(
+    loaded: Any,
+    prompt_ids: Sequence[int],
+    *,
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    seed: int | None = None,
+    cancel: threading.Event | None = None,
+    eos_ids: Sequence[int] | None = None,
+) -> Iterator[DecodeEvent]:
+    """Plain autoregressive decoding: one forward per token (greedy at temperature 0)."""
+    return _decode(
+        loaded, prompt_ids, strategy="ar", mode="model", choose=_sampler(temperature, top_p, seed), draft=None,
+        max_new_tokens=max_new_tokens, eos_ids=_eos(loaded, eos_ids), cancel=cancel,
+    )
+
+
+def decode_prompt_lookup(
+    loaded: Any,
+    prompt_ids: Sequence[int],
+    *,
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    seed: int | None = None,
+    cancel: threading.Event | None = None,
+    eos_ids: Sequence[int] | None = None,
+    max_ngram_size: int = 2,
+    num_pred_tokens: int = 10,
+) -> Iterator[DecodeEvent]:
+    """Prompt-lookup decoding (transformers' prompt_lookup_num_tokens): drafts from n-gram matches
+    in prompt + output, checked in one forward; each position's token is chosen from the model's
+    own logits, so greedy output equals decode_plain's (up to float ties). With sampling, drafts
+    are kept while each position's sample equals them (transformers' rule without draft logits)."""
+    eos = _eos(loaded, eos_ids)
+    return _decode(
+        loaded, prompt_ids, strategy="pld", mode="model", choose=_sampler(temperature, top_p, seed),
+        draft=_prompt_lookup(max_ngram_size, num_pred_tokens, eos),
+        max_new_tokens=max_new_tokens, eos_ids=eos, cancel=cancel,
+    )
+
+
+def replay_plain(
+    loaded: Any, prompt_ids: Sequence[int], target_ids: Sequence[int], *, cancel: threading.Event | None = None
+) -> Iterator[DecodeEvent]:
+    """The target forced through the model one token per forward (mode "reference")."""
+    return _decode(
+        loaded, prompt_ids, strategy="ar", mode="reference", choose=_forced(target_ids), draft=None,
+        max_new_tokens=None, eos_ids=(), cancel=cancel,
+    )
+
+
+def replay_prompt_lookup(
+    loaded: Any,
+    prompt_ids: Sequence[int],
+    target_ids: Sequence[int],
+    *,
+    cancel: threading.Event | None = None,
+    max_ngram_size: int = 2,
+    num_pred_tokens: int = 10,
+) -> Iterator[DecodeEvent]:
+    """The target through prompt-lookup decoding: drafts accepted while they match the target."""
+    return _decode(
+        loaded, prompt_ids, strategy="pld", mode="reference", choose=_forced(target_ids),
+        draft=_prompt_lookup(max_ngram_size, num_pred_tokens, loaded.eos_ids),
+        max_new_tokens=None, eos_ids=(), cancel=cancel,
+    )
+
+
+def run_to_result(events: Iterator[DecodeEvent]) -> DecodeResult:
+    """Drain a strategy's events; its DecodeResult."""
+    for event in events:
+        if event.kind == "done":
+            return event.result
+    raise RuntimeError("strategy ended without a done event")
