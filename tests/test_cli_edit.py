@@ -1,0 +1,119 @@
+"""`python -m backend edit` and `replay` on the tiny model: output contract and exit codes."""
+
+import json
+
+import pytest
+
+from backend.__main__ import main
+
+SOURCE = "def area(w, h):\n    return w + h\n\n\nprint(area(2, 3))\n"
+TARGET = "def area(w, h):\n    return w * h\n\n\nprint(area(2, 3))\n"
+
+
+@pytest.fixture
+def files(tmp_path):
+    source = tmp_path / "source.py"
+    target = tmp_path / "target.py"
+    source.write_bytes(SOURCE.encode())
+    target.write_bytes(TARGET.encode())
+    return source, target
+
+
+def last_json(text):
+    return json.loads(text.rstrip("\n").splitlines()[-1])
+
+
+@pytest.mark.parametrize("strategy", ["cad", "ar", "pld"])
+def test_edit_reference_mode_prints_the_target_and_one_json_line(files, capsys, strategy):
+    source, target = files
+    code = main(["edit", "--model", "tiny-random", "--source", str(source), "--target", str(target),
+                 "--instruction", "Compute the area.", "--strategy", strategy])
+    out, err = capsys.readouterr()
+    assert code == 0
+    document = last_json(out)
+    assert document["command"] == "edit" and document["mode"] == "reference"
+    assert document["exact_match"] is True and document["output"] == TARGET
+    assert document["strategy"] == strategy
+    assert out.startswith(TARGET)
+    assert document["metrics"]["forwards"] > 0
+    if strategy == "cad":
+        assert '<copy lines="' in err  # the program streamed to stderr
+        assert document["program"].startswith("<")
+    else:
+        assert "return w * h" in err
+
+
+def test_edit_model_mode_streams_and_reports(files, capsys):
+    source, _ = files
+    code = main(["edit", "--model", "tiny-random", "--source", str(source), "--instruction", "x",
+                 "--max-new-tokens", "6", "--temperature", "1.0", "--seed", "3"])
+    out, err = capsys.readouterr()
+    assert code == 0
+    document = last_json(out)
+    assert document["mode"] == "model" and document["strategy"] == "cad"
+    assert document["stop_reason"] in ("eos", "max_tokens")
+    assert document["metrics"]["program_tokens"] <= 6 + 4  # a jump-forward may finish a tag
+    assert "tokens_per_second" in out
+
+
+@pytest.mark.parametrize(
+    "argv__message",
+    [
+        (["edit", "--model", "tiny-random", "--source", "/nonexistent/file.py"], "no such file"),
+        (["edit", "--model", "no-such-model", "--source", "SOURCE"], "unknown model"),
+        (["edit", "--model", "tiny-random", "--source", "SOURCE", "--strategy", "fast"], "invalid choice"),
+        (["edit", "--model", "tiny-random", "--source", "SOURCE", "--max-new-tokens", "0"], "must be >= 1"),
+        (["edit", "--model", "tiny-random", "--source", "SOURCE", "--temperature", "-1"], "temperature"),
+        (["edit", "--model", "tiny-random", "--source", "BINARY"], "not valid UTF-8"),
+        (["replay", "no-such-corpus", "--model", "tiny-random"], "unknown corpus"),
+        (["replay", "humanevalpack-python", "--limit", "0", "--model", "tiny-random"], "--limit must be >= 1"),
+    ],
+)
+def test_errors_exit_2_with_one_line(files, tmp_path, capsys, argv__message):
+    argv, message = argv__message
+    binary = tmp_path / "binary.bin"
+    binary.write_bytes(b"\xff\xfe\x00")
+    argv = [str(files[0]) if a == "SOURCE" else str(binary) if a == "BINARY" else a for a in argv]
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0]
+
+
+def test_replay_a_corpus_file(tmp_path, capsys):
+    cases = [
+        {"id": "area", "source": SOURCE, "target": TARGET, "instruction": "Compute the area."},
+        {"id": "crlf", "source": "a = 1\r\nb = 2\r\nc = 3\r\nd = 4\r\n", "target": "a = 1\r\nb = 20\r\nc = 3\r\nd = 4\r\n"},
+        {"id": "emoji", "source": "x = 1\ny = 2\nz = 3\n", "target": "x = 1\ny = '😀'\nz = 3\n"},
+    ]
+    corpus = tmp_path / "cases.jsonl"
+    corpus.write_text("".join(json.dumps(c) + "\n" for c in cases), encoding="utf-8")
+    code = main(["replay", str(corpus), "--model", "tiny-random"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    document = last_json(out)
+    assert document["command"] == "replay" and document["model"] == "tiny-random"
+    summary = document["summary"][str(corpus)]
+    assert summary["cases"] == 3 and summary["all_exact"]
+    for strategy in ("cad", "ar", "pld"):
+        assert summary[strategy]["exact"] == 3
+        assert summary[strategy]["median_forwards"] > 0
+    assert set(summary["speedup"]) == {"cad_vs_ar", "pld_vs_ar", "cad_vs_pld"}
+    assert all(v > 0 for v in summary["speedup"].values())
+    assert summary["jump_forward_tokens"] > 0
+    assert len(document["cases"]) == 3
+    case = document["cases"][0]
+    assert case["speedup"]["cad_vs_ar"] == pytest.approx(case["ar"]["wall_seconds"] / case["cad"]["wall_seconds"], rel=1e-3)
+    assert "cad/ar" in out and "[replay]" in err
+
+
+def test_replay_two_corpora_adds_pooled_and_limit(capsys):
+    code = main(["replay", "humanevalpack-python", "humanevalpack-js", "--model", "tiny-random", "--limit", "1"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    document = last_json(out)
+    assert set(document["summary"]) == {"humanevalpack-python", "humanevalpack-js", "pooled"}
+    assert document["summary"]["pooled"]["cases"] == 2
+    assert document["summary"]["pooled"]["all_exact"]

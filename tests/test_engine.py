@@ -1,0 +1,176 @@
+"""The edit engine: three strategies x two modes on one model, validation, the lock, step time."""
+
+import threading
+
+import pytest
+
+from backend.core.corpora import load_corpus
+from backend.core.program import parse_program
+from backend.core.resolve import resolve_program
+from backend.runtime.engine import EditEngine, EditError, EditLimits
+
+SOURCE = "def area(w, h):\n    return w + h\n\n\nprint(area(2, 3))\n"
+TARGET = "def area(w, h):\n    return w * h\n\n\nprint(area(2, 3))\n"
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model):
+    return EditEngine(tiny_model)
+
+
+def events_and_result(engine, *args, **kwargs):
+    events = list(engine.run(*args, **kwargs))
+    assert events[-1].kind == "done" and all(e.kind != "done" for e in events[:-1])
+    return events[:-1], events[-1].result
+
+
+@pytest.mark.parametrize("strategy", ["cad", "ar", "pld"])
+def test_reference_mode_gives_the_target_with_every_strategy(engine, strategy):
+    events, result = events_and_result(engine, SOURCE, "Compute the area.", strategy=strategy, mode="reference",
+                                       target=TARGET)
+    assert result.output == TARGET
+    assert result.strategy == strategy and result.mode == "reference"
+    assert result.stop_reason == "complete" and not result.partial and result.error is None
+    assert "".join(e.text for e in events if e.kind in ("copy", "gen")) == TARGET
+    assert result.metrics["output_tokens"] == len(engine.encode(TARGET))
+    if strategy == "cad":
+        assert resolve_program(parse_program(result.program), SOURCE) == TARGET
+        assert any(e.kind == "copy" for e in events)
+    else:
+        assert result.program is None
+
+
+def test_reference_mode_on_real_cases(engine):
+    cases = load_corpus("humanevalpack-js")[:2]
+    for case in cases:
+        for strategy in ("cad", "ar", "pld"):
+            result = engine.run_to_result(case.source, case.instruction, strategy=strategy, mode="reference",
+                                          target=case.target)
+            assert result.output == case.target, (case.id, strategy)
+
+
+def test_copy_as_decode_needs_fewer_forwards_than_plain_on_a_long_copy(engine):
+    source = "".join(f"    total += values[{i}] * weights[{i}]\n" for i in range(20))
+    target = source.replace("values[11]", "values[11] + bias")
+    forwards = {}
+    for strategy in ("cad", "ar", "pld"):
+        result = engine.run_to_result(source, "Add the bias.", strategy=strategy, mode="reference", target=target)
+        assert result.output == target
+        forwards[strategy] = result.metrics["forwards"]
+    assert forwards["cad"] * 5 < forwards["ar"]
+    assert forwards["pld"] < forwards["ar"]
+
+
+@pytest.mark.parametrize("strategy", ["cad", "ar", "pld"])
+def test_model_mode_runs_every_strategy(engine, strategy):
+    result = engine.run_to_result(SOURCE, "Compute the area.", strategy=strategy, max_new_tokens=8, temperature=1.0,
+                                  seed=0)
+    assert result.mode == "model" and result.strategy == strategy
+    assert result.stop_reason in ("eos", "max_tokens")
+    assert result.partial == (result.stop_reason == "max_tokens")
+
+
+def test_empty_source_is_fine(engine):
+    result = engine.run_to_result("", "Write a greeting.", strategy="cad", max_new_tokens=6, temperature=1.0, seed=2)
+    assert result.stop_reason in ("eos", "max_tokens")
+    result = engine.run_to_result("", None, strategy="cad", mode="reference", target="hello\n")
+    assert result.output == "hello\n"
+
+
+def test_cancel_keeps_a_partial_result(engine):
+    cancel = threading.Event()
+    events = []
+    for event in engine.run(SOURCE, "x", strategy="ar", max_new_tokens=100, temperature=1.0, seed=0, cancel=cancel):
+        events.append(event)
+        cancel.set()
+    result = events[-1].result
+    assert result.stop_reason == "cancel" and result.partial
+
+
+@pytest.mark.parametrize(
+    "kwargs__message",
+    [
+        (dict(source=b"bytes"), "must be text"),
+        (dict(source=None), "must be text"),
+        (dict(instruction=3), "instruction must be text"),
+        (dict(strategy="fast"), "unknown strategy"),
+        (dict(mode="oracle"), "unknown mode"),
+        (dict(mode="reference"), "needs the desired result"),
+        (dict(mode="reference", target=7), "desired result must be text"),
+        (dict(max_new_tokens=0), "positive integer"),
+        (dict(max_new_tokens=10**6), "the limit is"),
+        (dict(temperature=-1.0), "temperature"),
+        (dict(top_p=0.0), "top-p"),
+        (dict(source="x\n" * 6000), "lines; the limit is"),
+        (dict(source="x" * 200_000), "characters; the limit is"),
+    ],
+)
+def test_bad_requests_are_refused_at_once(engine, kwargs__message):
+    kwargs, message = kwargs__message
+    request = dict(source="a\n", instruction="do it")
+    request.update(kwargs)
+    with pytest.raises(EditError, match=message):
+        engine.run(request.pop("source"), request.pop("instruction"), **request)
+    assert not engine.lock.locked()
+
+
+def test_too_long_for_the_context(tiny_model):
+    engine = EditEngine(tiny_model, limits=EditLimits(max_source_chars=10**6, max_source_lines=10**6))
+    source = "".join(f"value_{i} = compute({i}, {i * 7})\n" for i in range(1200))  # ~14k tokens
+    with pytest.raises(EditError, match="context holds 8,192"):
+        engine.run(source, "x", strategy="ar", max_new_tokens=64)
+
+
+def test_configurable_limits(tiny_model):
+    engine = EditEngine(tiny_model, limits=EditLimits(max_source_chars=10, max_new_tokens=4))
+    with pytest.raises(EditError, match="11 characters; the limit is 10"):
+        engine.run("x" * 11, "y")
+    with pytest.raises(EditError, match="max new tokens is 5; the limit is 4"):
+        engine.run("x", "y", max_new_tokens=5)
+
+
+def test_runs_never_overlap(engine):
+    spans = {}
+
+    def worker(name, strategy):
+        first = last = None
+        for event in engine.run(SOURCE, "x", strategy=strategy, mode="reference", target=TARGET):
+            import time
+
+            now = time.perf_counter()
+            first = first or now
+            last = now
+            assert engine.lock.locked()
+        spans[name] = (first, last)
+
+    threads = [threading.Thread(target=worker, args=(s, s)) for s in ("cad", "ar", "pld")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    ordered = sorted(spans.values())
+    assert len(ordered) == 3
+    for (_, end), (start, _) in zip(ordered, ordered[1:]):
+        assert end <= start
+    assert not engine.lock.locked()
+
+
+def test_closing_a_run_early_releases_the_lock(engine):
+    events = engine.run(SOURCE, "x", strategy="ar", mode="reference", target=TARGET)
+    next(events)
+    assert engine.lock.locked()
+    events.close()
+    assert not engine.lock.locked()
+
+
+def test_step_seconds_is_measured_once(engine):
+    first = engine.step_seconds()
+    assert 0 < first < 5
+    assert engine.step_seconds() == first
+
+
+def test_engine_refuses_a_model_without_tokenizer(tiny_model):
+    import dataclasses
+
+    with pytest.raises(EditError, match="no tokenizer"):
+        EditEngine(dataclasses.replace(tiny_model, tokenizer=None))
