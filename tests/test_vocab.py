@@ -7,9 +7,9 @@ import pytest
 
 from backend.core.fsm import TokenFSM
 from backend.core.program import CopyLines, Gen, parse_program
+from backend.tokenizers import qwen25_encoding
 from backend.runtime.vocab import (
     measure_mask_cost,
-    qwen25_encoding,
     vocab_texts_from_hf,
     vocab_texts_from_tiktoken,
     vocabulary_from_hf,

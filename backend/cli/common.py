@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 
@@ -36,3 +37,20 @@ def format_table(headers: list[str], rows: list[list[Any]]) -> str:
     lines.append("  ".join("-" * w for w in widths))
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in body]
     return "\n".join(lines)
+
+
+def read_text_file(path: str, what: str) -> str:
+    """A file's text, decoded as strict UTF-8 with line endings untouched (CRLF and lone CR kept).
+    Rejects a missing file, a directory, an unreadable file and non-UTF-8 bytes (UsageError)."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"{what} file {path}: no such file") from None
+    except IsADirectoryError:
+        raise UsageError(f"{what} file {path}: is a directory") from None
+    except OSError as error:
+        raise UsageError(f"{what} file {path}: cannot read ({error.strerror or error})") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise UsageError(f"{what} file {path}: not valid UTF-8 (byte {error.start})") from None

@@ -22,27 +22,12 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from backend.cli.common import UsageError, emit, format_table
+from backend.cli.common import UsageError, emit, format_table, read_text_file
 
 TOKENIZER_CHOICES = ("qwen2.5", "smollm2")
 
 
 # --- shared helpers ---------------------------------------------------------------------------------
-
-def _read_text(path: str, what: str) -> str:
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise UsageError(f"{what} file {path}: no such file") from None
-    except IsADirectoryError:
-        raise UsageError(f"{what} file {path}: is a directory") from None
-    except OSError as error:
-        raise UsageError(f"{what} file {path}: cannot read ({error.strerror or error})") from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise UsageError(f"{what} file {path}: not valid UTF-8 (byte {error.start})") from None
-
 
 def _tokenizer(name: str):
     from backend.tokenizers import TokenizerError, load_tokenizer
@@ -95,8 +80,8 @@ def cmd_program(args: argparse.Namespace) -> int:
     from backend.core.oracle import oracle_program
     from backend.core.program import render_program
 
-    source = _read_text(args.source, "source")
-    target = _read_text(args.target, "target")
+    source = read_text_file(args.source, "source")
+    target = read_text_file(args.target, "target")
     tokenize = _tokenizer(args.tokenizer)
     ops = oracle_program(source, target, granularity=args.granularity, objective=args.objective, tokenize=tokenize)
     sys.stdout.buffer.write(render_program(ops).encode("utf-8"))
@@ -109,8 +94,8 @@ def cmd_resolve(args: argparse.Namespace) -> int:
     from backend.core.program import CopyTokens, ProgramError, parse_program
     from backend.core.resolve import ResolveError, resolve_program
 
-    source = _read_text(args.source, "source")
-    program_text = _read_text(args.program, "program")
+    source = read_text_file(args.source, "source")
+    program_text = read_text_file(args.program, "program")
     try:
         ops = parse_program(program_text)
     except ProgramError as error:

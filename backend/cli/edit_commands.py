@@ -31,26 +31,11 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from backend.cli.common import UsageError, emit, format_table
+from backend.cli.common import UsageError, emit, format_table, read_text_file
 
 STRATEGIES = ("cad", "ar", "pld")
 SPEEDUPS = {"cad_vs_ar": ("ar", "cad"), "pld_vs_ar": ("ar", "pld"), "cad_vs_pld": ("pld", "cad")}
 DEFAULT_INSTRUCTION = "Apply the edit."
-
-
-def _read_text(path: str, what: str) -> str:
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise UsageError(f"{what} file {path}: no such file") from None
-    except IsADirectoryError:
-        raise UsageError(f"{what} file {path}: is a directory") from None
-    except OSError as error:
-        raise UsageError(f"{what} file {path}: cannot read ({error.strerror or error})") from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise UsageError(f"{what} file {path}: not valid UTF-8 (byte {error.start})") from None
 
 
 def load_engine(name: str | None) -> Any:
@@ -75,8 +60,8 @@ def _round(value: Any) -> Any:
 def cmd_edit(args: argparse.Namespace) -> int:
     from backend.runtime.engine import EditError
 
-    source = _read_text(args.source, "source")
-    target = _read_text(args.target, "target") if args.target else None
+    source = read_text_file(args.source, "source")
+    target = read_text_file(args.target, "target") if args.target else None
     mode = "reference" if target is not None else "model"
     engine = load_engine(args.model)
     try:

@@ -39,11 +39,12 @@ def register(subparsers: Any) -> None:
 def _vocabulary(name: str) -> tuple[Any, Any]:
     """(TokenVocabulary, encode: text -> ids) for a vocabulary name."""
     from backend.runtime import vocab
+    from backend.tokenizers import TokenizerError, qwen25_encoding
 
     if name == "qwen2.5":
         try:
-            encoding = vocab.qwen25_encoding()
-        except RuntimeError as error:
+            encoding = qwen25_encoding()
+        except TokenizerError as error:
             raise UsageError(str(error)) from None
         return vocab.vocabulary_from_tiktoken(encoding), encoding.encode_ordinary
     from backend.runtime.models import ModelUnavailable, load_hf_tokenizer

