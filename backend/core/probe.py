@@ -51,7 +51,7 @@ _SWAPS = {"==": "!=", "!=": "==", "<": "<=", "<=": "<", ">": ">=", ">=": ">", "+
 _COMMENTS = (
     "# Keep this check before the fallback below.",
     "# NOTE: callers rely on this order.",
-    "# TODO: document the edge cases here.",
+    "# Edge cases are documented in the tests.",
     "# Fast path first: it covers the common case.",
     "# See the module docstring for the rationale.",
 )
