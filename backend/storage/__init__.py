@@ -4,10 +4,10 @@ Independent of the model runtime. Callers get frozen records (records.py), never
 """
 
 from backend.storage.agreement import Agreement, cohen_kappa
-from backend.storage.db import (
+from backend.storage.db import INTERRUPTED, RUNNING, Storage
+from backend.storage.engine import (
     DB_ENV,
     DEFAULT_DB_PATH,
-    Storage,
     StorageBusyError,
     StorageError,
     default_db_url,
@@ -19,12 +19,15 @@ from backend.storage.records import (
     PREFERENCES,
     AnnotationRecord,
     AnnotatorRecord,
+    DeletePreview,
     EditRecord,
+    ImportResult,
     NewEdit,
     SessionRecord,
 )
 
 __all__ = [
+    "INTERRUPTED", "RUNNING", "DeletePreview", "ImportResult",
     "DB_ENV", "DEFAULT_DB_PATH", "ERROR_KINDS", "LABELS", "PREFERENCES", "Agreement", "AnnotationRecord",
     "AnnotatorRecord", "EditRecord", "NewEdit", "SessionRecord", "Storage", "StorageBusyError",
     "StorageError", "cohen_kappa", "default_db_url", "to_db_url",

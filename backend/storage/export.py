@@ -12,7 +12,7 @@ from backend.storage.records import AnnotationRecord, EditRecord, SessionRecord
 
 ANNOTATION_FIELDS = (
     "annotation_id", "edit_id", "annotator", "label", "error_kind", "preference", "other_edit_id",
-    "note", "created_at", "strategy", "model", "mode", "case_id", "partial", "instruction",
+    "note", "created_at", "shown_first_edit_id", "strategy", "model", "mode", "case_id", "partial", "instruction",
 )
 
 
@@ -27,6 +27,7 @@ def annotation_row(annotation: AnnotationRecord, edit: EditRecord | None) -> dic
         "other_edit_id": annotation.other_edit_id,
         "note": annotation.note,
         "created_at": annotation.created_at.isoformat(),
+        "shown_first_edit_id": annotation.shown_first_edit_id,
         "strategy": edit.strategy if edit else None,
         "model": edit.model if edit else None,
         "mode": edit.mode if edit else None,

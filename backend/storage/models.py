@@ -78,5 +78,7 @@ class AnnotationRow(Base):
     )
     note: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[datetime] = mapped_column(DateTime)
+    # blind A/B: which edit the annotator saw on the left (sides are drawn at random per item)
+    shown_first_edit_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
     annotator: Mapped[AnnotatorRow] = relationship()

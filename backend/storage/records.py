@@ -68,6 +68,7 @@ class AnnotationRecord:
     other_edit_id: int | None
     note: str
     created_at: datetime
+    shown_first_edit_id: int | None = None  # blind A/B: the edit shown on the left
 
 
 @dataclass(frozen=True)
@@ -88,3 +89,21 @@ class NewEdit:
     metrics: dict[str, Any] = field(default_factory=dict)
     events: dict[str, Any] = field(default_factory=dict)
     case_id: str | None = None
+
+
+@dataclass(frozen=True)
+class DeletePreview:
+    """What deleting a session takes with it, for the confirmation the user sees first."""
+
+    session_id: int
+    edits: int
+    labelled_edits: int   # edits with at least one human label
+    annotations: int      # labels on this session's edits
+    annotators: int
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    session: SessionRecord | None  # None when every case was already stored
+    edits: list[EditRecord]
+    skipped: int                   # cases already imported (same corpus case id, input and target)
