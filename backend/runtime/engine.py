@@ -30,34 +30,25 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from backend.core.lines import line_count
 from backend.core.oracle import oracle_program
 from backend.runtime.baselines import decode_plain, decode_prompt_lookup, replay_plain, replay_prompt_lookup
 from backend.runtime.decoder import decode_program, encode_text, grammar_for
 from backend.runtime.events import DecodeEvent, DecodeResult
 from backend.runtime.kv import SequenceCache
 from backend.runtime.prompt import plain_prompt_ids, program_prompt_ids, reference_program
+from backend.runtime.request import STRATEGIES, EditError, EditLimits, EditRequest, check_request
 
-STRATEGIES = ("cad", "ar", "pld")
-MODES = ("model", "reference")
+__all__ = ["STRATEGIES", "EditEngine", "EditError", "EditLimits", "EditRequest", "PreparedEdit"]
 
-
-class EditError(ValueError):
-    """A request the engine refuses before decoding anything; the message says what to change."""
 
 
 @dataclass(frozen=True)
-class EditLimits:
-    """Input limits (configurable; the UI shows the messages as they are).
+class PreparedEdit:
+    """A request the engine accepted: validated once, its prompt tokenised once. `run` trusts it."""
 
-    The context check is separate: prompt + expected output must fit the model's context length.
-    """
-
-    max_source_chars: int = 100_000
-    max_source_lines: int = 5_000
-    max_target_chars: int = 100_000
-    max_instruction_chars: int = 2_000
-    max_new_tokens: int = 4_096
+    request: EditRequest
+    prompt_ids: tuple[int, ...]         # the strategy's prompt (program prompt for cad, plain for ar/pld)
+    target_ids: tuple[int, ...] | None  # reference mode: the target's tokens
 
 
 class EditEngine:
@@ -103,146 +94,73 @@ class EditEngine:
 
     # -- validation ---------------------------------------------------------------------------
 
-    def validate(
-        self,
-        source: Any,
-        instruction: Any,
-        *,
-        strategy: str = "cad",
-        mode: str = "model",
-        target: Any = None,
-        max_new_tokens: int = 512,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-    ) -> None:
-        """Rejects (EditError) what `run` cannot do: a non-str source / instruction / target, an
-        unknown strategy or mode, reference mode without a target, sizes over the limits, bad
-        sampling settings, and a prompt plus expected output longer than the model's context.
-        Changes no state."""
-        limits = self.limits
-        if not isinstance(source, str):
-            raise EditError(f"the input must be text (str), not {type(source).__name__}")
-        if instruction is not None and not isinstance(instruction, str):
-            raise EditError(f"the instruction must be text (str), not {type(instruction).__name__}")
-        if strategy not in STRATEGIES:
-            raise EditError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
-        if mode not in MODES:
-            raise EditError(f"unknown mode {mode!r}: use one of {', '.join(MODES)}")
-        if mode == "reference":
-            if target is None:
-                raise EditError("reference mode needs the desired result (target)")
-            if not isinstance(target, str):
-                raise EditError(f"the desired result must be text (str), not {type(target).__name__}")
-            if len(target) > limits.max_target_chars:
-                raise EditError(
-                    f"the desired result has {len(target):,} characters; the limit is {limits.max_target_chars:,}"
-                )
-        if len(source) > limits.max_source_chars:
-            raise EditError(f"the input has {len(source):,} characters; the limit is {limits.max_source_chars:,}")
-        lines = line_count(source)
-        if lines > limits.max_source_lines:
-            raise EditError(f"the input has {lines:,} lines; the limit is {limits.max_source_lines:,}")
-        if instruction is not None and len(instruction) > limits.max_instruction_chars:
-            raise EditError(
-                f"the instruction has {len(instruction):,} characters; the limit is {limits.max_instruction_chars:,}"
-            )
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens <= 0:
-            raise EditError(f"max new tokens must be a positive integer, not {max_new_tokens!r}")
-        if max_new_tokens > limits.max_new_tokens:
-            raise EditError(f"max new tokens is {max_new_tokens:,}; the limit is {limits.max_new_tokens:,}")
-        if not isinstance(temperature, (int, float)) or temperature < 0:
-            raise EditError(f"temperature must be >= 0, not {temperature!r}")
-        if not isinstance(top_p, (int, float)) or not 0.0 < top_p <= 1.0:
-            raise EditError(f"top-p must be in (0, 1], not {top_p!r}")
-        self._check_context(source, instruction, strategy, mode, target, max_new_tokens)
+    def validate(self, source: Any, instruction: Any, **options: Any) -> PreparedEdit:
+        """The request checked (backend.runtime.request.check_request with this engine's limits),
+        tokenised and checked against the context length; EditError says what to change.
+        Options: strategy, mode, target, max_new_tokens, temperature, top_p, seed. Changes no state."""
+        return self.prepare(check_request(source, instruction, limits=self.limits, **options))
 
-    def _check_context(
-        self, source: str, instruction: str | None, strategy: str, mode: str, target: str | None, max_new_tokens: int
-    ) -> None:
+    def prepare(self, request: EditRequest) -> PreparedEdit:
+        """Tokenise the request's prompt once and check prompt + expected output fit the context."""
         tokenizer = self.loaded.tokenizer
-        if strategy == "cad":
-            prompt = len(program_prompt_ids(tokenizer, source, instruction))
-            # the cache holds the program's tags and gens plus every copied line
-            output = len(self.encode(target)) if mode == "reference" else max_new_tokens + len(self.encode(source))
+        if request.strategy == "cad":
+            prompt = program_prompt_ids(tokenizer, request.source, request.instruction)
         else:
-            prompt = len(plain_prompt_ids(tokenizer, source, instruction))
-            output = len(self.encode(target)) if mode == "reference" else max_new_tokens
-        if prompt + output > self.context_length:
+            prompt = plain_prompt_ids(tokenizer, request.source, request.instruction)
+        target = tuple(self.encode(request.target)) if request.target is not None else None
+        if target is not None:
+            output = len(target)
+        elif request.strategy == "cad":  # the cache holds the program's tags and gens plus every copied line
+            output = request.max_new_tokens + len(self.encode(request.source))
+        else:
+            output = request.max_new_tokens
+        if len(prompt) + output > self.context_length:
             raise EditError(
-                f"too long for {self.name}: the prompt is {prompt:,} tokens and the output may need {output:,}, "
+                f"too long for {self.name}: the prompt is {len(prompt):,} tokens and the output may need {output:,}, "
                 f"but the context holds {self.context_length:,}; shorten the input"
-                + (" or lower max new tokens" if mode == "model" else "")
+                + (" or lower max new tokens" if request.mode == "model" else "")
             )
+        return PreparedEdit(request, tuple(prompt), target)
 
     # -- running ------------------------------------------------------------------------------
 
     def run(
-        self,
-        source: str,
-        instruction: str | None,
-        *,
-        strategy: str = "cad",
-        mode: str = "model",
-        target: str | None = None,
-        max_new_tokens: int = 512,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        seed: int | None = None,
-        cancel: threading.Event | None = None,
+        self, source: str, instruction: str | None, *, cancel: threading.Event | None = None, **options: Any
     ) -> Iterator[DecodeEvent]:
         """Events of one edit (tag / copy / gen, then done with the DecodeResult).
 
-        Validates at once (EditError, see `validate`); decoding starts at the first `next()`,
-        after waiting for any other run on this engine. Reference mode ignores max_new_tokens
-        and the sampling settings (the target fixes every token).
+        Validates at once (EditError, see `validate`; options: strategy, mode, target,
+        max_new_tokens, temperature, top_p, seed); decoding starts at the first `next()`, after
+        waiting for any other run on this engine. Reference mode ignores max_new_tokens and the
+        sampling settings (the target fixes every token).
         """
-        self.validate(
-            source, instruction, strategy=strategy, mode=mode, target=target,
-            max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-        )
-        return self._locked(
-            source, instruction, strategy, mode, target, max_new_tokens, float(temperature), float(top_p), seed, cancel
-        )
+        return self.run_prepared(self.validate(source, instruction, **options), cancel=cancel)
 
-    def _locked(self, *args: Any) -> Iterator[DecodeEvent]:
+    def run_prepared(self, prepared: PreparedEdit, *, cancel: threading.Event | None = None) -> Iterator[DecodeEvent]:
+        """`run` for a request `prepare` accepted: no second validation or tokenisation."""
+        return self._locked(prepared, cancel)
+
+    def _locked(self, prepared: PreparedEdit, cancel: threading.Event | None) -> Iterator[DecodeEvent]:
         with self.lock:
-            yield from self._events(*args)
+            yield from self._events(prepared, cancel)
 
-    def _events(
-        self,
-        source: str,
-        instruction: str | None,
-        strategy: str,
-        mode: str,
-        target: str | None,
-        max_new_tokens: int,
-        temperature: float,
-        top_p: float,
-        seed: int | None,
-        cancel: threading.Event | None,
-    ) -> Iterator[DecodeEvent]:
-        loaded, tokenizer = self.loaded, self.loaded.tokenizer
-        if mode == "reference":
-            assert target is not None
-            if strategy == "cad":
-                program = self.reference_program(source, target)
+    def _events(self, prepared: PreparedEdit, cancel: threading.Event | None) -> Iterator[DecodeEvent]:
+        loaded, request = self.loaded, prepared.request
+        source, instruction = request.source, request.instruction
+        if request.mode == "reference":
+            assert request.target is not None and prepared.target_ids is not None
+            if request.strategy == "cad":
+                program = self.reference_program(source, request.target)
                 return decode_program(
                     loaded, source, instruction, max_new_tokens=None, cancel=cancel, force_program=program
                 )
-            prompt = plain_prompt_ids(tokenizer, source, instruction)
-            replay = replay_plain if strategy == "ar" else replay_prompt_lookup
-            return replay(loaded, prompt, self.encode(target), cancel=cancel)
-        if strategy == "cad":
-            return decode_program(
-                loaded, source, instruction, max_new_tokens=max_new_tokens, temperature=temperature,
-                top_p=top_p, seed=seed, cancel=cancel,
-            )
-        prompt = plain_prompt_ids(tokenizer, source, instruction)
-        decode = decode_plain if strategy == "ar" else decode_prompt_lookup
-        return decode(
-            loaded, prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed,
-            cancel=cancel,
-        )
+            replay = replay_plain if request.strategy == "ar" else replay_prompt_lookup
+            return replay(loaded, list(prepared.prompt_ids), list(prepared.target_ids), cancel=cancel)
+        sampling = dict(temperature=request.temperature, top_p=request.top_p, seed=request.seed, cancel=cancel)
+        if request.strategy == "cad":
+            return decode_program(loaded, source, instruction, max_new_tokens=request.max_new_tokens, **sampling)
+        decode = decode_plain if request.strategy == "ar" else decode_prompt_lookup
+        return decode(loaded, list(prepared.prompt_ids), max_new_tokens=request.max_new_tokens, **sampling)
 
     def run_to_result(self, source: str, instruction: str | None, **options: Any) -> DecodeResult:
         """`run` without streaming: its DecodeResult (same options, same errors)."""
