@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.core.ceiling import (
+from backend.measure.ceiling import (
     HISTOGRAM_BUCKETS,
     ProgramStats,
     bound,
@@ -23,8 +23,8 @@ from backend.core.ceiling import (
     span_histogram,
     totals,
 )
-from backend.core.corpora import EditCase
-from backend.core.kernel import KernelError, KernelTable
+from backend.data.corpora import EditCase
+from backend.data.kernel import KernelError, KernelTable
 from backend.core.program import CopyLines, CopyTokens, Gen
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -245,8 +245,8 @@ def test_unknown_tokenizer():
 
 
 def test_core_modules_import_only_the_standard_library():
-    code = ("import sys; import backend.core.corpora, backend.core.probe, backend.core.kernel, "
-            "backend.core.ceiling, backend.core.perturb; "
+    code = ("import sys; import backend.data.corpora, backend.data.probe, backend.data.kernel, "
+            "backend.measure.ceiling, backend.measure.perturb; "
             "print(sorted(m for m in ('torch', 'transformers', 'tiktoken', 'tokenizers', 'numpy', 'gradio', 'sqlalchemy') "
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout.strip()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.core.corpora import EditCase, write_jsonl
+from backend.data.corpora import EditCase, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -106,9 +106,9 @@ def test_roundtrip_small_corpus_and_real_humanevalpack(small_corpus):
 
 
 def test_ceiling_with_kernel(small_corpus, tmp_path):
-    from backend.core.ceiling import bound, case_ceiling, costs_from_kernel
-    from backend.core.corpora import read_jsonl
-    from backend.core.kernel import KernelTable
+    from backend.measure.ceiling import bound, case_ceiling, costs_from_kernel
+    from backend.data.corpora import read_jsonl
+    from backend.data.kernel import KernelTable
     from backend.tokenizers import load_tokenizer
 
     kernel_doc = {"kind": "kernel-table", "model": "t", "step_seconds": 0.07,
@@ -156,8 +156,8 @@ def test_probe_writes_cases_and_manifest(tmp_path):
     out = tmp_path / "probe.jsonl"
     document = last_json(run("probe", "--out", str(out), "--count", "10", "--seed", "2"))
     assert document["cases"] == 10
-    from backend.core.corpora import read_jsonl
-    from backend.core.probe import generate_probe
+    from backend.data.corpora import read_jsonl
+    from backend.data.probe import generate_probe
 
     cases = read_jsonl(out)
     assert [c.target for c in cases] == [c.target for c in generate_probe(seed=2, count=10)]

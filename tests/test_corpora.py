@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.core.corpora import (
+from backend.data.corpora import (
     CorpusError,
     EditCase,
     default_data_dir,

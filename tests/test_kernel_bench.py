@@ -1,4 +1,4 @@
-"""bench-kernel (library, CLI, standalone script) and mask-cost."""
+"""bench-kernel (library, CLI, without the app packages) and mask-cost."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from backend.__main__ import main
-from backend.runtime.kernel_bench import bench_kernel, parse_ns
+from backend.cli.runtime_commands import parse_ns
+from backend.measure.kernel_bench import bench_kernel
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,9 +30,10 @@ def check_kernel_table(document, *, ns, context, model="tiny-random", weights="r
         assert row["speedup"] == pytest.approx(row["steps_seconds"] / row["prefill_seconds"])
         assert 0 <= row["max_abs_logit_diff"] < 1e-4 and row["argmax_equal"] is True
     machine = document["machine"]
-    assert machine["threads"] >= 1 and machine["torch"] and machine["transformers"] and machine["cpu"]
+    assert machine["threads"] >= 1 and machine["versions"]["torch"] and machine["versions"]["transformers"]
+    assert machine["cpu"] and machine["device_name"] == machine["cpu"]
     # and the consumer of the table (ceiling --kernel) accepts it
-    from backend.core.kernel import KernelTable
+    from backend.data.kernel import KernelTable
 
     table = KernelTable.from_dict(document)
     assert table.prefill_seconds(ns[-1]) == pytest.approx(document["rows"][-1]["prefill_seconds"])
@@ -77,17 +79,17 @@ def test_bench_kernel_usage_errors_exit_2_in_one_line(capsys, argv__message):
     assert captured.err.count("\n") == 1 and captured.err.startswith("error: ") and message in captured.err
 
 
-def test_kernel_bench_runs_as_a_standalone_script(tmp_path):
-    # the GPU image runs it as a plain script (no `python -m backend`)
-    out = tmp_path / "k.json"
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "backend" / "runtime" / "kernel_bench.py"), "--model", "tiny-random",
-         "--n", "2", "--context", "8", "--repeats", "1", "--device", "cpu", "--out", str(out)],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
-    )
+def test_bench_kernel_runs_without_the_app_packages():
+    # the GPU image has torch and transformers only: the command line must not import the app's packages
+    code = ("import json, sys; from backend.__main__ import main; "
+            "code = main(['bench-kernel', '--model', 'tiny-random', '--n', '2', '--context', '8', '--repeats', '1', "
+            "'--device', 'cpu']); "
+            "print(json.dumps([code, sorted({m.split('.')[0] for m in sys.modules} & {'gradio', 'sqlalchemy', 'plotly'})]))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr
-    document = json.loads(done.stdout.strip().splitlines()[-1])
-    check_kernel_table(document, ns=[2], context=8)
+    lines = done.stdout.strip().splitlines()
+    assert json.loads(lines[-1]) == [0, []]
+    check_kernel_table(json.loads(lines[-2]), ns=[2], context=8)
 
 
 def test_parse_ns():

@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from backend.core.corpora import load_corpus
+from backend.data.corpora import load_corpus
 from backend.core.oracle import oracle_program
-from backend.core.perturb import case_rng, perturb_case, perturb_program, perturbation_study
+from backend.measure.perturb import case_rng, perturb_case, perturb_program, perturbation_study
 from backend.core.program import CopyLines, Gen
 from backend.tokenizers import load_tokenizer
 

@@ -10,9 +10,9 @@ import re
 
 import pytest
 
-from backend.core.corpora import CorpusError, load_corpus
+from backend.data.corpora import CorpusError, load_corpus
 from backend.core.lines import split_lines, strip_line_ending
-from backend.core.probe import KINDS, MAX_LINES, MIN_LINES, generate_probe, probe_manifest, stdlib_dir, stdlib_files
+from backend.data.probe import KINDS, MAX_LINES, MIN_LINES, generate_probe, probe_manifest, stdlib_dir, stdlib_files
 
 
 @pytest.fixture(scope="module")

@@ -39,7 +39,7 @@ def _tokenizer(name: str):
 
 
 def _corpora(names: Sequence[str], data_dir: str | None, limit: int | None) -> list[tuple[str, list]]:
-    from backend.core.corpora import CorpusError, load_corpus
+    from backend.data.corpora import CorpusError, load_corpus
 
     if limit is not None and limit < 1:
         raise UsageError(f"--limit must be >= 1, got {limit}")
@@ -156,13 +156,13 @@ def cmd_roundtrip(args: argparse.Namespace) -> int:
 
 def cmd_ceiling(args: argparse.Namespace) -> int:
     """Copy ceiling (coverage programs) and the closed-form wall-clock bound (cost programs = headline)."""
-    from backend.core.ceiling import HEADLINE_OBJECTIVE, OBJECTIVES, bound, case_ceiling, costs_from_kernel, totals
+    from backend.measure.ceiling import HEADLINE_OBJECTIVE, OBJECTIVES, bound, case_ceiling, costs_from_kernel, totals
     from backend.core.oracle import CostModel
 
     kernel = None
     costs = CostModel()
     if args.kernel:
-        from backend.core.kernel import KernelError, KernelTable
+        from backend.data.kernel import KernelError, KernelTable
 
         try:
             kernel = KernelTable.load(args.kernel)
@@ -247,7 +247,7 @@ def cmd_ceiling(args: argparse.Namespace) -> int:
 def cmd_perturb(args: argparse.Namespace) -> int:
     """Exact match after shifting line-copy boundaries by +-1 with probability P."""
     from backend.core.oracle import oracle_program
-    from backend.core.perturb import DEFAULT_RATES, perturbation_study
+    from backend.measure.perturb import DEFAULT_RATES, perturbation_study
 
     rates = args.rate if args.rate else list(DEFAULT_RATES)
     for rate in rates:
@@ -286,8 +286,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
     """Write the stdlib-probe cases (JSONL) and their manifest (JSON next to it)."""
     import json
 
-    from backend.core.corpora import write_jsonl
-    from backend.core.probe import generate_probe, probe_manifest
+    from backend.data.corpora import write_jsonl
+    from backend.data.probe import generate_probe, probe_manifest
 
     if args.count < 1:
         raise UsageError(f"--count must be >= 1, got {args.count}")

@@ -1,8 +1,10 @@
 """Commands on the model runtime: bench-kernel, mask-cost.
 
-- `bench-kernel --model M [--n 8,16,...] [--context L] [--repeats R] [--out F]`: one forward of N
-  appended tokens against N one-token decode steps after an L-token context (see
-  backend/runtime/kernel_bench.py); its JSON is a kernel table for `ceiling --kernel`.
+- `bench-kernel --model M [--n 8,16,...] [--context L] [--repeats R] [--device D] [--threads T] [--out F]`:
+  one forward of N appended tokens against N one-token decode steps after an L-token context (see
+  backend/measure/kernel_bench.py); its JSON is a kernel table for `ceiling --kernel`. On a machine
+  with only torch and transformers (a GPU image) `python -m backend bench-kernel` runs as well: no
+  command module imports anything heavier at import time.
 - `mask-cost --vocab smollm2|qwen2.5 [--corpus C] [--limit K]`: the grammar FSM's per-token mask
   time (median and p90, microseconds) over the oracle programs of a corpus, tokenised with that
   vocabulary (backend.runtime.vocab.measure_mask_cost).
@@ -14,6 +16,8 @@ not available exits 2 with one line on stderr. torch is imported only when a com
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from typing import Any
 
 from backend.cli.common import UsageError, emit, format_table
@@ -21,12 +25,21 @@ from backend.cli.common import UsageError, emit, format_table
 VOCABULARIES = ("smollm2", "qwen2.5")
 
 
-def register(subparsers: Any) -> None:
-    from backend.runtime import kernel_bench
+DEFAULT_NS = (8, 16, 32, 64, 128, 256, 512)
+DEFAULT_CONTEXT = 512
+DEFAULT_REPEATS = 5
 
+
+def register(subparsers: Any) -> None:
     bench = subparsers.add_parser("bench-kernel", help="copy kernel: one N-token forward vs N decode steps")
-    kernel_bench.add_arguments(bench)
-    bench.set_defaults(handler=kernel_bench.run)
+    bench.add_argument("--model", default=None, help="a models.yaml entry (default: the default model)")
+    bench.add_argument("--n", default=",".join(map(str, DEFAULT_NS)), help="span lengths, comma-separated")
+    bench.add_argument("--context", type=int, default=DEFAULT_CONTEXT, help="tokens in the cache before each span")
+    bench.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, help="timed repeats (median), after warm-up")
+    bench.add_argument("--device", default=None, help="cpu | cuda (default: cuda when available)")
+    bench.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    bench.add_argument("--out", default=None, help="also write the JSON document to this file")
+    bench.set_defaults(handler=_bench_kernel)
 
     mask = subparsers.add_parser("mask-cost", help="grammar mask time per token at a real vocabulary")
     mask.add_argument("--vocab", required=True, choices=VOCABULARIES)
@@ -34,6 +47,60 @@ def register(subparsers: Any) -> None:
     mask.add_argument("--limit", type=int, default=60, help="cases from the corpus (default 60)")
     mask.add_argument("--data-dir", default=None, help="where named corpora live (default ../shared/data)")
     mask.set_defaults(handler=_mask_cost)
+
+
+# --- bench-kernel -------------------------------------------------------------------------------
+
+
+def parse_ns(text: str) -> list[int]:
+    """`--n`: positive integers separated by commas (ValueError otherwise)."""
+    try:
+        ns = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        ns = []
+    if not ns or min(ns) < 1:
+        raise ValueError(f"--n wants positive integers separated by commas, got {text!r}")
+    return ns
+
+
+def format_kernel_table(document: dict[str, Any]) -> str:
+    head = (f"{document['model']} ({document['weights']}) on {document['machine']['device_name']}, "
+            f"{document['dtype']}, context {document['context']}, step {document['step_seconds'] * 1000:.3g} ms, "
+            f"median of {document['repeats']}")
+    rows = [[r["n"], r["prefill_seconds"] * 1000, r["steps_seconds"] * 1000, r["speedup"], r["max_abs_logit_diff"],
+             "yes" if r["argmax_equal"] else "NO"] for r in document["rows"]]
+    return head + "\n" + format_table(["n", "prefill_ms", "steps_ms", "speedup", "max_abs_dlogit", "argmax_equal"], rows)
+
+
+def _bench_kernel(args: argparse.Namespace) -> int:
+    """Usage errors and unavailable models raise UsageError (exit 2)."""
+    from backend.measure.kernel_bench import bench_kernel
+    from backend.runtime.models import ModelUnavailable, default_model_name, load_model
+
+    try:
+        ns = parse_ns(args.n)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    if args.context < 1 or args.repeats < 1:
+        raise UsageError("--context and --repeats must be >= 1")
+    try:
+        loaded = load_model(args.model or default_model_name(), args.device, threads=args.threads)
+    except ModelUnavailable as error:
+        raise UsageError(str(error)) from None
+    try:
+        document = bench_kernel(loaded, ns=ns, context=args.context, repeats=args.repeats,
+                                progress=lambda line: print(line, file=sys.stderr, flush=True))
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            json.dump(document, f, indent=1, sort_keys=True)
+            f.write("\n")
+    emit(format_kernel_table(document), document)
+    return 0
+
+
+# --- mask-cost ----------------------------------------------------------------------------------
 
 
 def _vocabulary(name: str) -> tuple[Any, Any]:
@@ -57,7 +124,7 @@ def _vocabulary(name: str) -> tuple[Any, Any]:
 
 
 def _mask_cost(args: argparse.Namespace) -> int:
-    from backend.core.corpora import CorpusError, load_corpus
+    from backend.data.corpora import CorpusError, load_corpus
     from backend.core.fsm import TokenFSM
     from backend.core.lines import line_count
     from backend.core.oracle import oracle_program

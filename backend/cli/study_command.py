@@ -156,7 +156,7 @@ def publish(out: Path, report_dir: Path) -> None:
 
 
 def cmd_study(args: argparse.Namespace) -> int:
-    from backend.core.corpora import CorpusError
+    from backend.data.corpora import CorpusError
     from backend.study.report import comparison_rows
     from backend.study.runner import StudyError, run_study
 

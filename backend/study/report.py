@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from backend.study.machine import hardware_label
+from backend.measure.machine import hardware_label
 from backend.study.published import HARDWARE, PUBLISHED, SOURCE
 
 CORPUS_ORDER = ("humanevalpack-python", "humanevalpack-js", "commits", "stdlib-probe")
@@ -267,7 +267,7 @@ def header(results: dict[str, Any]) -> str:
         f"Run duration: **{secs(results.get('duration_seconds'))}**. Every number below comes from `results.json` of that run;",
         f"the published figures are quoted from {SOURCE} (`backend/study/published.py`).",
         "",
-        f"- Hardware: {hardware_label(machine)}; torch threads {machine.get('torch_threads')}",
+        f"- Hardware: {hardware_label(machine)}; torch threads {machine.get('threads', machine.get('torch_threads'))}",
         f"- Software: Python {machine.get('python')}, torch {versions.get('torch')}, transformers {versions.get('transformers')}, "
         f"{machine.get('platform')}",
         f"- Model for replay and model mode: {model.get('label') or model.get('name')} ({model.get('weights', '')}), "

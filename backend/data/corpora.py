@@ -25,9 +25,10 @@ A path to a `.jsonl` file in the case format is accepted wherever a name is.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
+
+from backend.data.cases import CorpusError, EditCase
 
 CORPUS_NAMES = ("humanevalpack-python", "humanevalpack-js", "commits", "stdlib-probe")
 HUMANEVALPACK_LANGUAGES = {"humanevalpack-python": ("python", "python"), "humanevalpack-js": ("js", "javascript")}
@@ -42,32 +43,6 @@ WHERE_TO_GET = {
     ),
     "commits": "commits_public.jsonl comes with the project's shared data (../shared/data/commits); pass --data-dir",
 }
-
-
-class CorpusError(ValueError):
-    """A corpus cannot be loaded: unknown name, missing data (with where to get it), or a bad record (file:line)."""
-
-
-@dataclass(frozen=True)
-class EditCase:
-    """One edit: `source` -> `target`, with an optional instruction and language; `meta` holds extra fields."""
-
-    id: str
-    source: str
-    target: str
-    instruction: str | None = None
-    language: str | None = None
-    meta: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
-
-    def to_record(self) -> dict[str, Any]:
-        record: dict[str, Any] = {"id": self.id, "source": self.source, "target": self.target}
-        if self.instruction is not None:
-            record["instruction"] = self.instruction
-        if self.language is not None:
-            record["language"] = self.language
-        for key, value in self.meta.items():
-            record.setdefault(key, value)
-        return record
 
 
 def _json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -209,7 +184,7 @@ def load_corpus(name_or_path: str | Path, data_dir: str | Path | None = None, *,
     """
     name = str(name_or_path)
     if name == "stdlib-probe":
-        from backend.core.probe import generate_probe
+        from backend.data.probe import generate_probe
 
         return generate_probe()
     if name not in CORPUS_NAMES:

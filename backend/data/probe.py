@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from backend.core.corpora import CorpusError, EditCase
+from backend.data.cases import CorpusError, EditCase
 from backend.core.lines import split_lines, strip_line_ending
 
 KINDS = ("change_line", "insert_line", "delete_line", "rename_identifier", "alter_constant")

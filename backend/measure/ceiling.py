@@ -29,7 +29,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Protocol, Sequence
 
-from backend.core.corpora import EditCase
+from backend.data.corpora import EditCase
 from backend.core.lines import split_lines
 from backend.core.oracle import CostModel, oracle_program
 from backend.core.program import CopyLines, CopyTokens, Gen, Op, tag_text

@@ -1,4 +1,7 @@
-"""What ran the study: CPU model, cores, RAM, accelerator, library versions. Read-only probes."""
+"""What ran a measurement: CPU model, cores, RAM, accelerator, library versions. Read-only probes.
+
+One `machine_info` for every measurement: the study's results.json and each kernel table carry it.
+"""
 
 from __future__ import annotations
 
@@ -39,28 +42,34 @@ def _version(package: str) -> str | None:
         return None
 
 
-def machine_info() -> dict[str, Any]:
-    """The machine and versions, as plain JSON values. Imports torch (the study needs it anyway)."""
+def machine_info(device: Any = None) -> dict[str, Any]:
+    """The machine and versions, as plain JSON values. `device` (a torch.device) names the device the
+    measurement ran on in `device_name` (the GPU's name on CUDA, else the CPU model). Imports torch
+    when it is installed (every measurement needs it anyway)."""
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cpu = _cpu_model()
     info: dict[str, Any] = {
-        "cpu": _cpu_model(),
-        "logical_cpus": os.cpu_count(),
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
         "usable_cpus": usable,
         "ram_gib": _ram_gib(),
         "platform": platform.platform(),
         "python": sys.version.split()[0],
         "versions": {p: _version(p) for p in ("torch", "transformers", "tokenizers", "plotly", "kaleido")},
+        "threads": None,
         "accelerator": None,
+        "device_name": cpu,
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
     try:
         import torch
-
-        info["torch_threads"] = torch.get_num_threads()
-        if torch.cuda.is_available():
-            info["accelerator"] = torch.cuda.get_device_name(0)
     except ImportError:
-        pass
+        return info
+    info["threads"] = torch.get_num_threads()
+    if torch.cuda.is_available():
+        info["accelerator"] = torch.cuda.get_device_name(0)
+    if device is not None and getattr(device, "type", None) == "cuda":
+        info["device_name"] = torch.cuda.get_device_name(device)
     return info
 
 
