@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from backend.core.lines import split_lines
 from backend.core.program import CopyLines, CopyTokens, Gen, ProgramError
-from backend.core.resolve import ResolveError, resolve_program
+from backend.core.resolve import ResolveError, resolve_program, resolve_spans
 
 SOURCE = "one\r\ntwo\nthree\rfour"
 TOKENS = ["one", "\r\n", "two", "\n", "three", "\r", "four"]
@@ -42,6 +42,32 @@ program__source_tokens__message = [
 def test_resolve_program_rejects(program, source_tokens, message):
     with pytest.raises(ResolveError) as caught:
         resolve_program(program, SOURCE, source_tokens=source_tokens)
+    assert str(caught.value).startswith(message)
+
+
+program__spans = [
+    ("", []),
+    ('<copy lines="2-3"/>\n<gen>x\n</gen>', [("two\nthree\r", "copy"), ("x\n", "gen")]),
+    ('<gen></gen><copy tokens="7-7"/><copy lines="1-1"/>', [("", "gen"), ("four", "copy"), ("one\r\n", "copy")]),
+]
+
+
+@pytest.mark.parametrize(("program", "spans"), program__spans)
+def test_resolve_spans(program, spans):
+    assert resolve_spans(program, SOURCE, source_tokens=TOKENS) == spans
+
+
+@pytest.mark.parametrize(("program", "resolved"), program__resolved)
+def test_resolve_spans_concatenate_to_the_resolved_text(program, resolved):
+    spans = resolve_spans(program, SOURCE, source_tokens=TOKENS)
+    assert "".join(text for text, _ in spans) == resolved
+    assert {kind for _, kind in spans} <= {"copy", "gen"}
+
+
+@pytest.mark.parametrize(("program", "source_tokens", "message"), program__source_tokens__message)
+def test_resolve_spans_rejects_what_resolve_program_rejects(program, source_tokens, message):
+    with pytest.raises(ResolveError) as caught:
+        resolve_spans(program, SOURCE, source_tokens=source_tokens)
     assert str(caught.value).startswith(message)
 
 

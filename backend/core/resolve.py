@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 from backend.core.lines import split_lines
 from backend.core.program import CopyLines, CopyTokens, Gen, Op, parse_program
+
+SpanKind = Literal["copy", "gen"]
 
 
 class ResolveError(ValueError):
@@ -35,25 +38,37 @@ def resolve_program(
     of the input, a `CopyTokens` without `source_tokens`, `source_tokens` that do not concatenate
     to `source`, and an item that is not an op.
     """
+    return "".join(text for text, _ in resolve_spans(program, source, source_tokens=source_tokens))
+
+
+def resolve_spans(
+    program: str | Sequence[Op],
+    source: str,
+    *,
+    source_tokens: Sequence[str] | None = None,
+) -> list[tuple[str, SpanKind]]:
+    """The output of `program` as one `(text, kind)` span per op, in order: kind "copy" for a copy
+    (the copied lines or tokens, joined) and "gen" for a gen. The texts concatenate to
+    `resolve_program(program, source)`. Rejects exactly what `resolve_program` rejects."""
     ops = parse_program(program) if isinstance(program, str) else program
     if source_tokens is not None:
         _check_tokens(source_tokens, source)
     lines = split_lines(source)
-    pieces = []
+    spans: list[tuple[str, SpanKind]] = []
     for index, op in enumerate(ops, start=1):
         if isinstance(op, Gen):
-            pieces.append(op.text)
+            spans.append((op.text, "gen"))
         elif isinstance(op, CopyLines):
-            pieces.extend(_copied(index, op, lines, "lines"))
+            spans.append(("".join(_copied(index, op, lines, "lines")), "copy"))
         elif isinstance(op, CopyTokens):
             if source_tokens is None:
                 raise ResolveError(
                     index, f"copy tokens {op.start}-{op.end} but no source tokenization was given"
                 )
-            pieces.extend(_copied(index, op, source_tokens, "tokens"))
+            spans.append(("".join(_copied(index, op, source_tokens, "tokens")), "copy"))
         else:
             raise ResolveError(index, f"not a program op: {op!r}")
-    return "".join(pieces)
+    return spans
 
 
 def _copied(index: int, op: CopyLines | CopyTokens, units: Sequence[str], kind: str) -> Sequence[str]:

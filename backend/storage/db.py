@@ -20,12 +20,13 @@ from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.sql import Select
 
+from backend.core.lines import line_count
 from backend.storage.annotations import AnnotationStore
 from backend.storage.engine import StorageError, now_utc
 from backend.storage.export import sessions_jsonl
 from backend.storage.models import AnnotationRow, EditRow, SessionRow
 from backend.storage.records import DeletePreview, EditRecord, ImportResult, NewEdit, SessionRecord
-from backend.storage.rows import edit_record, edit_row, fill_edit_row, line_count, session_record
+from backend.storage.rows import edit_record, edit_row, fill_edit_row, session_record
 
 RUNNING = "running"
 INTERRUPTED = "interrupted"

@@ -9,14 +9,6 @@ from backend.storage.models import AnnotationRow, EditRow, SessionRow
 from backend.storage.records import AnnotationRecord, EditRecord, NewEdit, SessionRecord
 
 
-def line_count(text: str) -> int:
-    if not text:
-        return 0
-    # \n, \r\n and lone \r are line breaks (backend.core.lines); storage stays independent of core.
-    breaks = text.count("\n") + text.count("\r") - text.count("\r\n")
-    return breaks + (0 if text.endswith(("\n", "\r")) else 1)
-
-
 def annotator_name(name: str) -> str:
     clean = (name or "").strip()
     if not clean:
