@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "backend.cli.runtime_commands",  # bench-kernel, mask-cost
     "backend.cli.edit_commands",     # edit, replay
     "backend.cli.study_command",     # study
+    "backend.cli.train_commands",    # make-data, train, evaluate
 )
 
 

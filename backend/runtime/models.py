@@ -32,7 +32,8 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 MODELS_YAML = Path(__file__).resolve().parents[2] / "models.yaml"
-SOURCE_KINDS = ("gguf-package", "hub", "local", "shape")
+SOURCE_KINDS = ("gguf-package", "hub", "local", "shape", "adapter")
+REPO_ROOT = MODELS_YAML.parent
 REAL_WEIGHTS = "real"
 RANDOM_WEIGHTS = "random (timing only)"
 _CONVERSION_VERSION = 1  # bump when the converted-cache layout changes
@@ -60,6 +61,7 @@ class ModelSource:
     id: str | None = None           # hub: "owner/name"
     path: str | None = None         # local: a save_pretrained directory
     config: Mapping[str, Any] | None = field(default=None, hash=False)  # shape: HF config dict
+    base: str | None = None         # adapter: the entry whose weights the LoRA adapter is merged into
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,15 @@ class ModelSpec:
     dtype: Mapping[str, str] = field(hash=False)  # device type -> torch dtype name
     tokenizer: str | None = None    # entry whose HF tokenizer to borrow (shape models); None: own / none
     is_default: bool = False
+    prompt: str = "few-shot"        # copy-as-decode prompt style: "few-shot" | "zero-shot" (trained models)
+
+    @property
+    def adapter_dir(self) -> Path | None:
+        """adapter entries: the LoRA adapter directory (relative paths are from the repository root)."""
+        if self.source.kind != "adapter" or self.source.path is None:
+            return None
+        path = Path(self.source.path).expanduser()
+        return path if path.is_absolute() else REPO_ROOT / path
 
     @property
     def random_weights(self) -> bool:
@@ -110,11 +121,12 @@ def _spec_from_entry(entry: dict[str, Any], default_name: str | None) -> ModelSp
     kind = src.pop("kind", None)
     if kind not in SOURCE_KINDS:
         raise ValueError(f"models.yaml: {name}: source.kind must be one of {SOURCE_KINDS}, not {kind!r}")
-    required = {"gguf-package": ("package", "file"), "hub": ("id",), "local": ("path",), "shape": ("config",)}[kind]
+    required = {"gguf-package": ("package", "file"), "hub": ("id",), "local": ("path",), "shape": ("config",),
+                "adapter": ("base", "path")}[kind]
     for key in required:
         if not src.get(key):
             raise ValueError(f"models.yaml: {name}: source kind {kind} needs source.{key}")
-    unknown = set(src) - {"package", "file", "install", "id", "path", "config"}
+    unknown = set(src) - {"package", "file", "install", "id", "path", "config", "base"}
     if unknown:
         raise ValueError(f"models.yaml: {name}: unknown source keys {sorted(unknown)}")
     source = ModelSource(kind=kind, **{k: _freeze(v) for k, v in src.items()})
@@ -128,6 +140,7 @@ def _spec_from_entry(entry: dict[str, Any], default_name: str | None) -> ModelSp
         dtype=_freeze(dict(entry.get("dtype") or {"cuda": "bfloat16", "cpu": "float32"})),
         tokenizer=entry.get("tokenizer"),
         is_default=(name == default_name),
+        prompt=str(entry.get("prompt") or "few-shot"),
     )
 
 
@@ -344,6 +357,9 @@ def weights_present(spec: ModelSpec) -> bool:
             return _hub_dir(spec) is not None
         if kind == "local":
             return (Path(spec.source.path).expanduser() / "config.json").is_file()
+        if kind == "adapter":
+            adapter = spec.adapter_dir
+            return adapter is not None and (adapter / "adapter_config.json").is_file() and weights_present(get_spec(spec.source.base))
         # shape: weights are random; a borrowed tokenizer must be present
         return spec.tokenizer is None or weights_present(get_spec(spec.tokenizer))
     except ModelUnavailable:
@@ -379,6 +395,12 @@ class LoadedModel:
     def vocab_size(self) -> int:
         """Rows of the logits (the embedding matrix; Qwen pads it past the tokenizer's size)."""
         return int(self.model.config.get_text_config().vocab_size)
+
+    def new_cache(self) -> Any:
+        """An empty KV cache for one sequence (`kv.SequenceCache`, a `handle.DecodeCache`)."""
+        from backend.runtime.kv import SequenceCache
+
+        return SequenceCache(self.model)
 
 
 def choose_device(device: Any = None) -> Any:
@@ -442,6 +464,8 @@ def load_model(name_or_spec: str | ModelSpec, device: Any = None, *, threads: in
             tokenizer = _load_tokenizer_dir(folder)
         except OSError as error:  # e.g. a hub snapshot holding config.json but not the weights
             raise ModelUnavailable(f"model {spec.name}: cannot load its files from {folder}: {error}") from None
+        if spec.source.kind == "adapter":
+            model = merge_adapter(model, spec)
     model.eval()
     return LoadedModel(
         model=model, tokenizer=tokenizer, spec=spec, device=device, dtype=dtype,
@@ -469,6 +493,8 @@ def _weights_dir(spec: ModelSpec) -> Path:
                 "or pass a directory holding them"
             )
         return found
+    if kind == "adapter":
+        return _weights_dir(get_spec(spec.source.base))
     if kind == "local":
         folder = Path(spec.source.path).expanduser()
         if not (folder / "config.json").is_file():
@@ -485,6 +511,22 @@ def load_hf_tokenizer(name_or_spec: str | ModelSpec) -> Any:
         return load_hf_tokenizer(spec.tokenizer) if spec.tokenizer else None
     _require_transformers()
     return _load_tokenizer_dir(_weights_dir(spec))
+
+
+def merge_adapter(model: Any, spec: ModelSpec) -> Any:
+    """The base model with the entry's LoRA adapter merged into its weights (peft).
+
+    Merged, a decode step costs what the base model's does; unmerged, every linear layer runs two
+    extra small matmuls per token. Raises ModelUnavailable when peft or the adapter is missing.
+    """
+    adapter = spec.adapter_dir
+    if adapter is None or not (adapter / "adapter_config.json").is_file():
+        raise ModelUnavailable(f"model {spec.name}: no LoRA adapter at {adapter}; train one with `python -m backend train`")
+    if importlib.util.find_spec("peft") is None:
+        raise ModelUnavailable(f"model {spec.name}: its LoRA adapter needs peft: pip install -r requirements.txt")
+    from peft import PeftModel
+
+    return PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
 
 
 def _load_tokenizer_dir(folder: Path) -> Any:

@@ -1,0 +1,120 @@
+"""Commands that teach the model the program format and measure what it learned.
+
+`make-data [--out DIR] [--train N] [--dev N] [--seed S] [--no-js] [--data-dir D]`
+    Writes DIR/train.jsonl, DIR/dev.jsonl and DIR/manifest.json (backend.training.dataset):
+    edit cases on windows of real code with cost-objective oracle programs under the SmolLM2
+    tokenizer, split by source file, checked by hash against every evaluation case (exit 1 on a leak).
+`train --data DIR/train.jsonl --out ADAPTER_DIR [--max-steps N] [--max-minutes M] [--resume] ...`
+    LoRA training (backend.training.trainer); progress on stderr; checkpoints; the adapter and card.
+`evaluate CORPUS... [--model M] [--limit K] [--strategy cad|ar|pld ...] [--speed-limit K]`
+    Model mode: only the source and the instruction are given (backend.training.evaluate).
+
+Each prints a table and, as its last stdout line, one JSON document. Bad usage exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from backend.cli.common import UsageError, emit, format_table
+
+
+def register(subparsers: Any) -> None:
+    data = subparsers.add_parser("make-data", help="training/dev edit cases with oracle programs")
+    data.add_argument("--out", default="var/training-data", help="output directory (default var/training-data)")
+    data.add_argument("--train", type=int, default=6000, help="training cases (default 6000)")
+    data.add_argument("--dev", type=int, default=240, help="dev cases from held-out files (default 240)")
+    data.add_argument("--seed", type=int, default=0)
+    data.add_argument("--no-js", action="store_true", help="skip the npm JavaScript sources (no npm here)")
+    data.add_argument("--npm-cache", default=None, help="where npm tarballs are kept (default: user cache)")
+    data.add_argument("--data-dir", default=None, help="evaluation corpora for the leak check (default ../shared/data)")
+    data.set_defaults(handler=cmd_make_data)
+
+    train = subparsers.add_parser("train", help="LoRA-train the model to write programs")
+    train.add_argument("--data", required=True, help="train.jsonl from make-data")
+    train.add_argument("--out", required=True, help="adapter directory to write")
+    train.add_argument("--model", default="smollm2-135m", help="base model (default smollm2-135m)")
+    train.add_argument("--max-steps", type=int, default=250)
+    train.add_argument("--examples-per-step", type=int, default=8)
+    train.add_argument("--lr", type=float, default=4e-4)
+    train.add_argument("--rank", type=int, default=16)
+    train.add_argument("--max-tokens", type=int, default=2048)
+    train.add_argument("--max-minutes", type=float, default=None, help="stop cleanly (with a checkpoint) after this long")
+    train.add_argument("--checkpoint-every", type=int, default=10)
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--threads", type=int, default=None)
+    train.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
+    train.set_defaults(handler=cmd_train)
+
+    evaluate = subparsers.add_parser("evaluate", help="model-mode evaluation: finished programs, exact match, speed")
+    evaluate.add_argument("corpora", nargs="+", metavar="CORPUS",
+                          help="a corpus name, commits-heldout, or a case JSONL (e.g. var/training-data/dev.jsonl)")
+    evaluate.add_argument("--model", default=None, help="model name (default: models.yaml's default)")
+    evaluate.add_argument("--limit", type=int, default=None, help="first K cases of each corpus")
+    evaluate.add_argument("--strategy", action="append", choices=("cad", "ar", "pld"), default=None,
+                          help="strategies to run (repeatable; default cad)")
+    evaluate.add_argument("--speed-limit", type=int, default=None,
+                          help="run ar/pld only on the first K cases of each corpus (they decode the whole file)")
+    evaluate.add_argument("--min-lines", type=int, default=0, help="only cases whose input has at least this many lines")
+    evaluate.add_argument("--max-new-tokens", type=int, default=768)
+    evaluate.add_argument("--data-dir", default=None)
+    evaluate.add_argument("--out", default=None, help="also write per-case results (JSONL) here")
+    evaluate.set_defaults(handler=cmd_evaluate)
+
+
+def cmd_make_data(args: argparse.Namespace) -> int:
+    from backend.data.corpora import CorpusError
+    from backend.training.build import build_dataset
+
+    if args.train <= 0 or args.dev < 0:
+        raise UsageError("--train must be positive and --dev not negative")
+    try:
+        summary = build_dataset(Path(args.out), train=args.train, dev=args.dev, seed=args.seed, js=not args.no_js,
+                                npm_cache=args.npm_cache, data_dir=args.data_dir, log=_log)
+    except (CorpusError, ValueError) as error:
+        raise UsageError(str(error)) from None
+    rows = [[split, kind, count] for split, counts in summary["counts"].items() for kind, count in counts.items()]
+    emit(format_table(["split", "kind", "cases"], rows), summary)
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from backend.runtime.models import ModelUnavailable
+    from backend.training.trainer import TrainConfig, train
+
+    if not Path(args.data).is_file():
+        raise UsageError(f"training data {args.data}: no such file (run `python -m backend make-data` first)")
+    if args.max_steps <= 0 or args.examples_per_step <= 0 or not args.lr > 0:
+        raise UsageError("--max-steps, --examples-per-step and --lr must be positive")
+    config = TrainConfig(data=args.data, out=args.out, base_model=args.model, rank=args.rank, alpha=2 * args.rank,
+                         lr=args.lr, max_steps=args.max_steps, examples_per_step=args.examples_per_step,
+                         max_tokens=args.max_tokens, checkpoint_every=args.checkpoint_every,
+                         max_minutes=args.max_minutes, seed=args.seed, threads=args.threads)
+    manifest_path = Path(args.data).with_name("manifest.json")
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
+    manifest_summary = {k: manifest.get(k) for k in ("generator_version", "config", "counts", "languages", "leak_check",
+                                                     "train_sha256", "dev_sha256", "train_commit_repos")}
+    try:
+        card = train(config, resume=args.resume, manifest=manifest_summary)
+    except (ModelUnavailable, ValueError) as error:
+        raise UsageError(str(error)) from None
+    table = format_table(["steps", "examples", "tokens", "minutes", "tokens/s", "first loss", "last loss"],
+                         [[card["steps"], card["examples_seen"], card["tokens_seen"], card["wall_seconds"] / 60,
+                           card["tokens_per_second"], card["loss_first"], card["loss_last_10"]]])
+    emit(table, {k: v for k, v in card.items() if k != "curve"})
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from backend.training.evaluate import evaluate_command
+
+    return evaluate_command(args)
+
+
+def _log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)

@@ -1,0 +1,206 @@
+"""`evaluate`: does the model edit by itself? Model mode only: the source and the instruction go in.
+
+Per corpus and per kind: programs finished and valid, exact match, and a failure taxonomy of the
+copy-as-decode run (`classify`):
+
+    exact            the output equals the target
+    unfinished       the program did not end (token limit, context full, loop, cancel)
+    invalid          it ended but cannot be resolved (or the decoder reported an error)
+    off_by_one_start / off_by_one_end   same items as the oracle program, one copy's start / end off by 1
+    wrong_range      same item kinds as the oracle, a copy range off by more
+    wrong_gen_text   every copy range right, a generated text wrong
+    wrong_structure  items differ from the oracle's in kind or number
+
+Speed (`--strategy ar --strategy pld`, on the first `--speed-limit` cases): the same case decoded
+by plain decoding and prompt lookup of the same model in the same process; seconds are summed per
+strategy and compared as ratios of sums (one pooling rule for every benchmark here).
+
+Last stdout line: {"model", "corpora": {NAME: {"cases", "finished_valid", "exact_match", "failures",
+"per_kind": {KIND: {"cases", "exact_match", "finished_valid"}}, "speed": {...}}}} with rates in 0..1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+from backend.cli.common import UsageError, emit, format_table
+from backend.data.corpora import CorpusError, EditCase, load_corpus
+from backend.core.program import CopyLines, Gen, ProgramError, parse_program
+
+FINISHED = ("eos", "complete")
+HELDOUT_COMMITS = "commits-heldout"
+
+
+def load_eval_corpus(name: str, data_dir: str | None, limit: int | None, *, min_lines: int = 0) -> list[EditCase]:
+    """A named corpus, a JSONL path, or `commits-heldout` (commit edits of repositories that no
+    training case came from); only cases whose source has at least `min_lines` lines; the first `limit`."""
+    from backend.core.lines import line_count
+    from backend.training.dataset import TRAIN_COMMIT_REPOS
+
+    if name == HELDOUT_COMMITS:
+        cases = [c for c in load_corpus("commits", data_dir) if c.meta.get("repo") not in TRAIN_COMMIT_REPOS]
+    else:
+        cases = load_corpus(name, data_dir)
+    cases = [c for c in cases if line_count(c.source) >= min_lines]
+    return cases[:limit] if limit is not None else cases
+
+
+def case_kind(case: EditCase) -> str:
+    return str(case.meta.get("kind") or case.meta.get("edit_kind") or "all")
+
+
+def classify(result: Any, case: EditCase, oracle_ops: list[Any]) -> str:
+    """The outcome of one model-mode copy-as-decode run (see the module docstring)."""
+    if result.output == case.target and result.stop_reason in FINISHED:
+        return "exact"
+    if result.stop_reason not in FINISHED:
+        return "unfinished" if result.stop_reason in ("max_tokens", "loop", "cancel") else "invalid"
+    try:
+        ops = parse_program(result.program or "")
+    except ProgramError:
+        return "invalid"
+    if result.error:
+        return "invalid"
+    return compare_programs(ops, oracle_ops)
+
+
+def compare_programs(ops: list[Any], oracle: list[Any]) -> str:
+    """Why a finished program differs from the oracle program (both lists of ops)."""
+    if len(ops) != len(oracle) or any(type(a) is not type(b) for a, b in zip(ops, oracle)):
+        return "wrong_structure"
+    copy_diffs = [(a, b) for a, b in zip(ops, oracle) if isinstance(a, CopyLines) and a != b]
+    if copy_diffs:
+        a, b = copy_diffs[0]
+        if a.end == b.end and abs(a.start - b.start) == 1:
+            return "off_by_one_start"
+        if a.start == b.start and abs(a.end - b.end) == 1:
+            return "off_by_one_end"
+        return "wrong_range"
+    if any(isinstance(a, Gen) and a != b for a, b in zip(ops, oracle)):
+        return "wrong_gen_text"
+    return "wrong_structure"
+
+
+def _metric(result: Any, name: str) -> float:
+    metrics = result.metrics
+    value = metrics.get(name) if isinstance(metrics, dict) else getattr(metrics, name, None)
+    return float(value or 0)
+
+
+class Evaluation:
+    """Runs the cases of one corpus and keeps the per-case rows."""
+
+    def __init__(self, engine: Any, *, strategies: tuple[str, ...], speed_limit: int | None, max_new_tokens: int) -> None:
+        self.engine, self.strategies = engine, strategies
+        self.speed_limit, self.max_new_tokens = speed_limit, max_new_tokens
+
+    def run_case(self, index: int, case: EditCase) -> dict[str, Any]:
+        from backend.core.oracle import oracle_program
+
+        oracle = oracle_program(case.source, case.target, objective="cost", tokenize=self.engine.text_tokenizer())
+        row: dict[str, Any] = {"id": case.id, "kind": case_kind(case)}
+        for strategy in self.strategies:
+            if strategy != "cad" and self.speed_limit is not None and index >= self.speed_limit:
+                continue
+            result = self.engine.run_to_result(case.source, case.instruction or "Apply the edit.", strategy=strategy,
+                                               mode="model", max_new_tokens=self._budget(strategy, case))
+            row[strategy] = {
+                "exact": result.output == case.target and result.stop_reason in FINISHED,
+                "stop_reason": result.stop_reason, "seconds": _metric(result, "wall_seconds"),
+                "prefill_seconds": _metric(result, "prefill_seconds"), "forwards": int(_metric(result, "forwards")),
+                "output_tokens": int(_metric(result, "output_tokens")),
+            }
+            if strategy == "cad":
+                row["outcome"] = classify(result, case, oracle)
+                row["program"] = result.program
+                row["error"] = result.error
+        return row
+
+    def _budget(self, strategy: str, case: EditCase) -> int:
+        if strategy == "cad":
+            return self.max_new_tokens
+        # plain decoding writes the whole file: give it room for the target and some slack
+        return max(self.max_new_tokens, int(len(self.engine.encode(case.target)) * 1.3) + 16)
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Rates, failures, per-kind rates and the pooled speed of one corpus's rows."""
+    cases = len(rows)
+    outcomes = Counter(r.get("outcome", "not_run") for r in rows)
+    finished = sum(r["cad"]["stop_reason"] in FINISHED and r.get("outcome") != "invalid" for r in rows if "cad" in r)
+    per_kind: dict[str, dict[str, Any]] = {}
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        groups[row["kind"]].append(row)
+    for kind, group in sorted(groups.items()):
+        per_kind[kind] = {
+            "cases": len(group),
+            "exact_match": sum(r.get("outcome") == "exact" for r in group) / len(group),
+            "finished_valid": sum(r["cad"]["stop_reason"] in FINISHED and r.get("outcome") != "invalid" for r in group) / len(group),
+        }
+    return {
+        "cases": cases,
+        "finished_valid": finished / cases if cases else 0.0,
+        "exact_match": outcomes["exact"] / cases if cases else 0.0,
+        "failures": dict(sorted((k, v) for k, v in outcomes.items() if k != "exact")),
+        "per_kind": per_kind,
+        "speed": pooled_speed(rows),
+    }
+
+
+def pooled_speed(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Summed seconds, forwards and output tokens per strategy over the cases every strategy ran;
+    speed-ups are ratios of summed seconds, and per output token."""
+    strategies = sorted({s for r in rows for s in ("cad", "ar", "pld") if s in r})
+    common = [r for r in rows if all(s in r for s in strategies)]
+    totals = {s: {"seconds": sum(r[s]["seconds"] for r in common), "forwards": sum(r[s]["forwards"] for r in common),
+                  "output_tokens": sum(r[s]["output_tokens"] for r in common),
+                  "exact": sum(r[s]["exact"] for r in common)} for s in strategies}
+    speed: dict[str, Any] = {"cases": len(common), "totals": totals}
+    for other in ("ar", "pld"):
+        if other in totals and "cad" in totals and totals["cad"]["seconds"] > 0:
+            speed[f"cad_vs_{other}"] = totals[other]["seconds"] / totals["cad"]["seconds"]
+            per_token = [totals[s]["seconds"] / max(1, totals[s]["output_tokens"]) for s in (other, "cad")]
+            speed[f"cad_vs_{other}_per_output_token"] = per_token[0] / per_token[1] if per_token[1] > 0 else None
+    return speed
+
+
+def evaluate_command(args: argparse.Namespace) -> int:
+    from backend.cli.edit_commands import load_engine
+
+    strategies = tuple(dict.fromkeys(["cad"] + list(args.strategy or [])))
+    if args.limit is not None and args.limit <= 0:
+        raise UsageError("--limit must be positive")
+    engine = load_engine(args.model)
+    evaluation = Evaluation(engine, strategies=strategies, speed_limit=args.speed_limit, max_new_tokens=args.max_new_tokens)
+    document: dict[str, Any] = {"model": engine.name, "strategies": list(strategies), "corpora": {}}
+    table_rows, all_rows = [], []
+    for name in args.corpora:
+        try:
+            cases = load_eval_corpus(name, args.data_dir, args.limit, min_lines=args.min_lines)
+        except CorpusError as error:
+            raise UsageError(str(error)) from None
+        rows = []
+        for index, case in enumerate(cases):
+            rows.append(evaluation.run_case(index, case))
+            _progress(name, index + 1, len(cases), rows)
+        summary = summarize(rows)
+        document["corpora"][name] = summary
+        all_rows += [{"corpus": name, **r} for r in rows]
+        table_rows.append([name, summary["cases"], summary["finished_valid"], summary["exact_match"],
+                           ", ".join(f"{k} {v}" for k, v in summary["failures"].items())])
+    if args.out:
+        Path(args.out).write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in all_rows), encoding="utf-8")
+    emit(format_table(["corpus", "cases", "finished+valid", "exact", "failures"], table_rows), document)
+    return 0
+
+
+def _progress(name: str, done: int, total: int, rows: list[dict[str, Any]]) -> None:
+    import sys
+
+    exact = sum(r.get("outcome") == "exact" for r in rows)
+    print(f"{name}: {done}/{total} cases, exact {exact}", file=sys.stderr, flush=True)

@@ -1,0 +1,278 @@
+"""LoRA training of the embedded model on copy-as-decode programs, on a CPU or a GPU.
+
+    train(TrainConfig(data="var/data/train.jsonl", out="adapters/smollm2-135m-cad"))
+
+- peft LoRA on every linear layer of the base model (measured on this 2-core CPU with bf16 autocast:
+  LoRA ~490 tokens/s, full fine-tune ~270, LoRA in fp32 ~185; see ../shared/STACK.md).
+- Loss on program tokens only (`examples`); each optimizer step averages over the program tokens
+  of `examples_per_step` sequences (batch 1 each: no padding is ever computed).
+- bf16 autocast on a CPU that supports it, CUDA when present; seeded data order and dropout.
+- A checkpoint (adapter + optimizer + schedule + data position + loss curve) every
+  `checkpoint_every` steps, written to a temporary directory and renamed, so a killed run resumes
+  (`resume=True`) from the last complete checkpoint. `max_minutes` stops cleanly with a checkpoint.
+- At the end: the adapter in float16 safetensors (a few MB), `training.json` (config, data manifest
+  hash, loss curve, tokens, wall time, machine) and TRAINING_CARD.md.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from backend.training.examples import IGNORE, Example, encode_example
+
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+CHECKPOINT = "checkpoint"
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    data: str                        # train.jsonl written by make-data
+    out: str                         # the adapter directory
+    base_model: str = "smollm2-135m"
+    rank: int = 16
+    alpha: int = 32
+    dropout: float = 0.05
+    lr: float = 4e-4
+    warmup_steps: int = 15
+    max_steps: int = 250             # the learning-rate schedule's horizon and the step limit
+    examples_per_step: int = 8
+    max_tokens: int = 2048           # longer sequences are skipped (counted in the card)
+    checkpoint_every: int = 10
+    max_minutes: float | None = None
+    seed: int = 0
+    threads: int | None = None
+    targets: tuple[str, ...] = field(default=LORA_TARGETS)
+
+
+def load_records(path: str | Path) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def encode_records(tokenizer: Any, records: list[dict[str, Any]], *, eos_id: int, max_tokens: int) -> tuple[list[Example], int]:
+    """Encoded examples no longer than `max_tokens`, and how many were skipped as too long."""
+    examples = [encode_example(tokenizer, record, eos_id=eos_id) for record in records]
+    kept = [e for e in examples if len(e.input_ids) <= max_tokens]
+    return kept, len(examples) - len(kept)
+
+
+def learning_rate(config: TrainConfig, step: int) -> float:
+    """Linear warm-up, then cosine decay to a tenth of the peak at `max_steps`."""
+    if step < config.warmup_steps:
+        return config.lr * (step + 1) / config.warmup_steps
+    progress = min(1.0, (step - config.warmup_steps) / max(1, config.max_steps - config.warmup_steps))
+    return config.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def lora_model(base: Any, config: TrainConfig) -> Any:
+    from peft import LoraConfig, get_peft_model
+
+    lora = LoraConfig(r=config.rank, lora_alpha=config.alpha, lora_dropout=config.dropout,
+                      target_modules=list(config.targets), task_type="CAUSAL_LM")
+    return get_peft_model(base, lora)
+
+
+def autocast_context(device: Any) -> Any:
+    """bf16 autocast where it pays (CUDA; a CPU with AVX512-bf16/AMX), else a no-op context."""
+    import contextlib
+
+    import torch
+
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
+    if "avx512_bf16" in flags or "amx_bf16" in flags:
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+class Run:
+    """One training run's mutable state: model, optimizer, data order, position, loss curve."""
+
+    def __init__(self, config: TrainConfig, examples: list[Example], model: Any, device: Any) -> None:
+        import torch
+
+        self.config, self.examples, self.model, self.device = config, examples, model, device
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(trainable, lr=config.lr, weight_decay=0.0)
+        self.order = list(range(len(examples)))
+        random.Random(f"train:{config.seed}").shuffle(self.order)
+        self.step = 0
+        self.position = 0
+        self.curve: list[dict[str, float]] = []
+        self.tokens_seen = 0
+        self.seconds = 0.0
+
+    def next_batch(self) -> list[Example]:
+        batch = []
+        for _ in range(self.config.examples_per_step):
+            if self.position >= len(self.order):  # a new epoch: reshuffle, seeded by the epoch
+                self.position = 0
+                random.Random(f"train:{self.config.seed}:{self.step}").shuffle(self.order)
+            batch.append(self.examples[self.order[self.position]])
+            self.position += 1
+        return batch
+
+    def train_step(self) -> float:
+        """One optimizer step over `examples_per_step` sequences; returns the mean program-token loss."""
+        import torch
+
+        batch = self.next_batch()
+        total_labels = sum(e.program_tokens for e in batch)
+        for group in self.optimizer.param_groups:
+            group["lr"] = learning_rate(self.config, self.step)
+        loss_sum = 0.0
+        for example in batch:
+            loss = self.example_loss(example)
+            weight = example.program_tokens / max(1, total_labels)
+            (loss * weight).backward()
+            loss_sum += loss.item() * weight
+            self.tokens_seen += len(example.input_ids)
+        torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], 1.0)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        return loss_sum
+
+    def example_loss(self, example: Example) -> Any:
+        """Mean cross-entropy over the example's program tokens. Logits are computed only at the
+        positions that predict a program token (~50 of ~1000): the full [T, 49152] logits and their
+        softmax were a large share of a CPU step."""
+        import torch
+
+        positions = [i - 1 for i, label in enumerate(example.labels) if label != IGNORE and i > 0]
+        ids = torch.tensor([example.input_ids], device=self.device)                      # [1, T]
+        targets = torch.tensor([example.labels[i + 1] for i in positions], device=self.device)  # [K]
+        with autocast_context(self.device):
+            out = self.model(input_ids=ids, logits_to_keep=torch.tensor(positions, device=self.device), use_cache=False)
+        return torch.nn.functional.cross_entropy(out.logits[0].float(), targets)          # logits [K, V]
+
+    # -- checkpoints ------------------------------------------------------------------------------
+
+    def save_checkpoint(self, folder: Path) -> None:
+        import torch
+
+        tmp = folder.with_name(folder.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.model.save_pretrained(str(tmp))
+        torch.save({"optimizer": self.optimizer.state_dict(), "step": self.step, "position": self.position,
+                    "order": self.order, "curve": self.curve, "tokens_seen": self.tokens_seen,
+                    "seconds": self.seconds, "torch_rng": torch.get_rng_state()}, tmp / "state.pt")
+        shutil.rmtree(folder, ignore_errors=True)
+        os.rename(tmp, folder)
+
+    def load_checkpoint(self, folder: Path) -> None:
+        import torch
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        set_peft_model_state_dict(self.model, load_file(str(folder / "adapter_model.safetensors")))
+        state = torch.load(folder / "state.pt", weights_only=False)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.step, self.position, self.order = state["step"], state["position"], state["order"]
+        self.curve, self.tokens_seen, self.seconds = state["curve"], state["tokens_seen"], state["seconds"]
+        torch.set_rng_state(state["torch_rng"])
+
+
+def save_adapter(model: Any, out: Path) -> int:
+    """The adapter in float16 safetensors plus its peft config; returns the weights file's size."""
+    import torch
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().to(torch.float16).contiguous() for k, v in get_peft_model_state_dict(model).items()}
+    save_file(state, str(out / "adapter_model.safetensors"))
+    model.peft_config["default"].save_pretrained(str(out))
+    return (out / "adapter_model.safetensors").stat().st_size
+
+
+def progress_line(run: Run, loss: float, started_tokens: int, started: float) -> str:
+    rate = (run.tokens_seen - started_tokens) / max(1e-9, time.perf_counter() - started)
+    remaining = (run.config.max_steps - run.step) * run.config.examples_per_step * (run.tokens_seen / max(1, run.step * run.config.examples_per_step)) / max(rate, 1e-9)
+    return (f"step {run.step}/{run.config.max_steps}  loss {loss:.4f}  lr {learning_rate(run.config, run.step - 1):.2e}  "
+            f"{rate:.0f} tok/s  tokens {run.tokens_seen}  elapsed {run.seconds / 60:.1f} min  eta {remaining / 60:.1f} min")
+
+
+def train(config: TrainConfig, *, resume: bool = False, manifest: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Train (or resume) and write the adapter and its card to `config.out`; returns the card's data."""
+    import torch
+
+    from backend.measure.machine import machine_info
+    from backend.runtime.models import load_model
+
+    torch.manual_seed(config.seed)
+    loaded = load_model(config.base_model, threads=config.threads)
+    records = load_records(config.data)
+    examples, skipped = encode_records(loaded.tokenizer, records, eos_id=loaded.eos_ids[0] if loaded.eos_ids else 2,
+                                       max_tokens=config.max_tokens)
+    if not examples:
+        raise ValueError(f"{config.data}: no example fits in {config.max_tokens} tokens")
+    model = lora_model(loaded.model, config)
+    model.train()
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    run = Run(config, examples, model, loaded.device)
+    checkpoint = out / CHECKPOINT
+    if resume and (checkpoint / "state.pt").is_file():
+        run.load_checkpoint(checkpoint)
+        print(f"resumed at step {run.step} ({run.tokens_seen} tokens)", file=sys.stderr, flush=True)
+    started, started_tokens = time.perf_counter(), run.tokens_seen
+    base_seconds = run.seconds
+    while run.step < config.max_steps:
+        loss = run.train_step()
+        run.seconds = base_seconds + time.perf_counter() - started
+        run.curve.append({"step": run.step, "loss": round(loss, 5), "tokens": run.tokens_seen, "seconds": round(run.seconds, 1)})
+        print(progress_line(run, loss, started_tokens, started), file=sys.stderr, flush=True)
+        out_of_time = config.max_minutes is not None and (time.perf_counter() - started) / 60 >= config.max_minutes
+        if run.step % config.checkpoint_every == 0 or out_of_time or run.step == config.max_steps:
+            run.save_checkpoint(checkpoint)
+        if out_of_time:
+            break
+    size = save_adapter(model, out)
+    card = {
+        "config": asdict(config), "examples": len(examples), "skipped_too_long": skipped,
+        "steps": run.step, "finished": run.step >= config.max_steps, "tokens_seen": run.tokens_seen,
+        "examples_seen": run.step * config.examples_per_step, "wall_seconds": round(run.seconds, 1),
+        "tokens_per_second": round(run.tokens_seen / max(run.seconds, 1e-9), 1), "adapter_bytes": size,
+        "loss_first": run.curve[0]["loss"] if run.curve else None,
+        "loss_last_10": round(sum(p["loss"] for p in run.curve[-10:]) / max(1, len(run.curve[-10:])), 5) if run.curve else None,
+        "curve": run.curve, "machine": machine_info(loaded.device), "data_manifest": manifest or {},
+    }
+    (out / "training.json").write_text(json.dumps(card, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    (out / "TRAINING_CARD.md").write_text(training_card(card), encoding="utf-8")
+    return card
+
+
+def training_card(card: dict[str, Any]) -> str:
+    config, data = card["config"], card.get("data_manifest") or {}
+    curve = card["curve"]
+    marks = [curve[i] for i in sorted({0, len(curve) // 4, len(curve) // 2, 3 * len(curve) // 4, len(curve) - 1})] if curve else []
+    rows = "\n".join(f"| {p['step']} | {p['tokens']} | {p['seconds'] / 60:.1f} | {p['loss']:.4f} |" for p in marks)
+    return f"""# Training card: {Path(config['out']).name}
+
+LoRA adapter for `{config['base_model']}` that writes copy-as-decode programs (zero-shot prompt).
+
+- Data: `{config['data']}` ({card['examples']} examples fit {config['max_tokens']} tokens, {card['skipped_too_long']} skipped),
+  generator version {data.get('generator_version')}, counts {json.dumps(data.get('counts', {}))}
+- LoRA r={config['rank']} alpha={config['alpha']} dropout={config['dropout']} on {', '.join(config['targets'])}
+- lr {config['lr']} (warm-up {config['warmup_steps']}, cosine to 10% at step {config['max_steps']}),
+  {config['examples_per_step']} sequences per step, seed {config['seed']}
+- Ran {card['steps']} steps ({'finished' if card['finished'] else 'stopped early'}), {card['examples_seen']} examples,
+  {card['tokens_seen']} tokens in {card['wall_seconds'] / 60:.1f} min ({card['tokens_per_second']} tokens/s)
+- Machine: {json.dumps(card['machine'])}
+- Adapter: {card['adapter_bytes']} bytes (float16 safetensors)
+
+| step | tokens | minutes | loss per program token |
+|---|---|---|---|
+{rows}
+"""

@@ -1,0 +1,112 @@
+"""A tiny real training run: the loss goes down, a checkpoint resumes exactly, the adapter loads.
+
+Runs on the tiny random Llama (2 layers, SmolLM2's tokenizer) so it takes seconds; the shipped
+adapter's quality is checked in test_shipped_model.py.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from backend.runtime.prompt import context_program
+from backend.training import dataset
+from backend.training.examples import IGNORE, encode_example
+from backend.training.trainer import TrainConfig, learning_rate, train
+
+SOURCE = "def area(w, h):\n    return w * h\n\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n"
+
+
+def _records() -> list[dict]:
+    edits = [
+        (SOURCE.replace("w * h", "w * h * 1.0"), "Return a float from area."),
+        (SOURCE.replace("2 * (w + h)", "2 * w + 2 * h"), "Expand the perimeter formula."),
+        (SOURCE.replace("def area", "def rect_area").replace("area(", "rect_area("), "Rename area to rect_area."),
+        (SOURCE.replace("\n\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n", "\n"), "Delete perimeter."),
+    ]
+    records = [{"id": f"t{i}", "kind": "test", "source": SOURCE, "target": target, "instruction": text}
+               for i, (target, text) in enumerate(edits)]
+    dataset.add_programs(records, lambda text: list(text), context_program)
+    return records
+
+
+@pytest.fixture(scope="module")
+def data_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "train.jsonl"
+    dataset.write_jsonl(_records(), path)
+    return path
+
+
+def _config(data_file, out) -> TrainConfig:
+    return TrainConfig(data=str(data_file), out=str(out), base_model="tiny-random", rank=4, alpha=8, dropout=0.1,
+                       lr=5e-3, warmup_steps=1, max_steps=6, examples_per_step=2, checkpoint_every=2, threads=1)
+
+
+def test_encode_example__labels_cover_tags_gens_and_eos_but_not_copied_text():
+    from backend.runtime.models import load_hf_tokenizer
+
+    tokenizer = load_hf_tokenizer("smollm2-135m")
+    record = _records()[0]
+    example = encode_example(tokenizer, record, eos_id=2)
+    labelled = tokenizer.decode([label for label in example.labels if label != IGNORE])
+    # exactly the program the model writes (tags and gens), then the end of the turn
+    assert labelled == record["program"] + "<|im_end|>"
+    assert "<copy" in labelled and "perimeter" not in labelled
+    assert len(example.input_ids) == len(example.labels)
+    assert example.labels[: len(example.labels) - example.program_tokens - 30].count(IGNORE) > 0
+
+
+def test_learning_rate__warms_up_then_decays_to_a_tenth():
+    config = TrainConfig(data="x", out="y", lr=1e-3, warmup_steps=10, max_steps=110)
+    assert learning_rate(config, 0) == pytest.approx(1e-4)
+    assert learning_rate(config, 9) == pytest.approx(1e-3)
+    assert learning_rate(config, 110) == pytest.approx(1e-4)
+    assert learning_rate(config, 60) < learning_rate(config, 20)
+
+
+@pytest.mark.slow
+def test_train__loss_goes_down_and_a_resumed_run_matches_an_uninterrupted_one(data_file, tmp_path):
+    straight = train(_config(data_file, tmp_path / "straight"))
+    losses = [point["loss"] for point in straight["curve"]]
+    assert len(losses) == 6 and straight["finished"]
+    assert sum(losses[-2:]) / 2 < sum(losses[:2]) / 2
+    for name in ("adapter_model.safetensors", "adapter_config.json", "training.json", "TRAINING_CARD.md"):
+        assert (tmp_path / "straight" / name).is_file()
+    card = json.loads((tmp_path / "straight" / "training.json").read_text())
+    assert card["tokens_seen"] > 0 and card["machine"]["cpu_count"] >= 1
+
+    interrupted = train(replace(_config(data_file, tmp_path / "resumed"), max_minutes=0.0))
+    assert interrupted["steps"] == 1 and not interrupted["finished"]
+    resumed = train(_config(data_file, tmp_path / "resumed"), resume=True)
+    assert [p["step"] for p in resumed["curve"]] == [1, 2, 3, 4, 5, 6]
+    assert [p["loss"] for p in resumed["curve"]] == pytest.approx(losses, abs=1e-4)
+
+
+@pytest.mark.slow
+def test_merge_adapter__changes_the_model_and_leaves_no_lora_layers(data_file, tmp_path):
+    import torch
+
+    from backend.runtime.models import ModelSource, get_spec, load_model, merge_adapter
+
+    train(replace(_config(data_file, tmp_path / "adapter"), max_steps=3))
+    base = load_model("tiny-random", threads=1)
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.no_grad():
+        before = base.model(ids).logits
+    spec = replace(get_spec("tiny-random"), name="tiny-random-cad",
+                   source=ModelSource(kind="adapter", base="tiny-random", path=str(tmp_path / "adapter")))
+    merged = merge_adapter(base.model, spec)
+    with torch.no_grad():
+        after = merged(ids).logits
+    assert not torch.allclose(before, after)
+    assert not any("lora" in name for name, _ in merged.named_modules())
+
+
+def test_merge_adapter__missing_adapter_says_how_to_make_one(tmp_path):
+    from backend.runtime.models import ModelSource, ModelUnavailable, get_spec, merge_adapter
+
+    spec = replace(get_spec("tiny-random"), source=ModelSource(kind="adapter", base="tiny-random", path=str(tmp_path)))
+    with pytest.raises(ModelUnavailable, match="python -m backend train"):
+        merge_adapter(None, spec)
