@@ -114,7 +114,7 @@ class RunTracker:
             )
 
     def _metrics(self, result: Any) -> dict[str, Any]:
-        final = dict(getattr(result, "metrics", None) or {}) if result is not None else {}
+        final = result.metrics.to_dict() if result is not None else {}
         copied = int(final.get("tokens_copied", self._tokens["copy"]))
         generated = int(final.get("tokens_generated", self._tokens["gen"]))
         tags = int(final.get("tokens_tag", self._tokens["tag"]))

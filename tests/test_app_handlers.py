@@ -18,7 +18,7 @@ from app import charts
 from app.handlers import Handlers, exact_source, format_metrics, unified_diff
 from app.progress import RunTracker
 from app.service import AppConfig, AppService, InputError, Limits, RunRequest
-from backend.runtime.events import DecodeEvent, DecodeResult
+from backend.runtime.events import DecodeEvent, DecodeMetrics, DecodeResult
 
 MODEL = "tiny-random"
 BODY = (
@@ -105,8 +105,10 @@ def test_tracker_metrics_and_summary_from_events():
     assert snap.metrics["estimated_plain_seconds"] == pytest.approx(0.6)
     assert snap.metrics["speedup"] == pytest.approx(1.0)
     result = DecodeResult("cad", "model", "a\nb\nc\n", '<copy lines="1-2"/>\n<gen>c\n</gen>\n', False, "eos", None,
-                          {"tokens_copied": 4, "tokens_generated": 2, "tokens_tag": 15, "forwards": 18,
-                           "wall_seconds": 0.3, "output_tokens": 6, "tokens_per_second": 20.0})
+                          DecodeMetrics(tokens_copied=4, tokens_generated=2, tokens_tag=15, forwards=18,
+                                        wall_seconds=0.3, prefill_seconds=0.05, tokens_per_second=20.0,
+                                        jump_forward_tokens=0, boundary_retokenized=0, accepted_draft_tokens=0,
+                                        output_tokens=6, prompt_tokens=40))
     tracker.add(DecodeEvent("done", "", 0, 18, 0.3, result))
     final = tracker.snapshot()
     assert final.done and final.metrics["speedup"] == pytest.approx(2.0)

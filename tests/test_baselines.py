@@ -49,11 +49,11 @@ def check_stream(events: list[DecodeEvent]) -> DecodeResult:
     assert all(e.result is None for e in events[:-1])
     result = events[-1].result
     assert "".join(e.text for e in events) == result.output
-    assert sum(e.tokens for e in events) == result.metrics["output_tokens"] == result.metrics["tokens_generated"]
+    assert sum(e.tokens for e in events) == result.metrics.output_tokens == result.metrics.tokens_generated
     forwards = [e.forwards for e in events]
     elapsed = [e.elapsed for e in events]
     assert forwards == sorted(forwards) and elapsed == sorted(elapsed)
-    assert forwards[-1] == result.metrics["forwards"]
+    assert forwards[-1] == result.metrics.forwards
     assert result.program is None and result.error is None
     return result
 
@@ -108,12 +108,12 @@ def test_prompt_lookup_equals_greedy_on_smollm2(smol_model, prompt):
     pld_events = list(decode_prompt_lookup(smol_model, prompt_ids, max_new_tokens=40))
     plain, pld = check_stream(plain_events), check_stream(pld_events)
     assert pld.output == plain.output
-    assert pld.metrics["output_tokens"] == plain.metrics["output_tokens"]
+    assert pld.metrics.output_tokens == plain.metrics.output_tokens
     assert plain.strategy == "ar" and pld.strategy == "pld" and plain.mode == pld.mode == "model"
-    assert plain.metrics["forwards"] == plain.metrics["output_tokens"] - (plain.stop_reason == "max_tokens")
-    assert pld.metrics["accepted_draft_tokens"] > 5  # the output repeats the prompt
-    assert pld.metrics["forwards"] < plain.metrics["forwards"]
-    assert pld.metrics["forwards"] + pld.metrics["accepted_draft_tokens"] == plain.metrics["forwards"]
+    assert plain.metrics.forwards == plain.metrics.output_tokens - (plain.stop_reason == "max_tokens")
+    assert pld.metrics.accepted_draft_tokens > 5  # the output repeats the prompt
+    assert pld.metrics.forwards < plain.metrics.forwards
+    assert pld.metrics.forwards + pld.metrics.accepted_draft_tokens == plain.metrics.forwards
 
 
 # -- reference replays ----------------------------------------------------------------------------
@@ -129,11 +129,11 @@ def test_replays_reproduce_the_target(tiny_model):
     for result in (plain, pld):
         assert result.output == target and result.mode == "reference"
         assert result.stop_reason == "complete" and not result.partial
-        assert result.metrics["output_tokens"] == len(target_ids)
+        assert result.metrics.output_tokens == len(target_ids)
     # a forward per target token, including the one after the last (where EOS would be read)
-    assert plain.metrics["forwards"] == len(target_ids)
-    assert pld.metrics["forwards"] + pld.metrics["accepted_draft_tokens"] == len(target_ids)
-    assert pld.metrics["forwards"] < len(target_ids) // 2
+    assert plain.metrics.forwards == len(target_ids)
+    assert pld.metrics.forwards + pld.metrics.accepted_draft_tokens == len(target_ids)
+    assert pld.metrics.forwards < len(target_ids) // 2
 
 
 def test_replay_on_smollm2(smol_model):
@@ -145,7 +145,7 @@ def test_replay_on_smollm2(smol_model):
 
 def test_empty_target_replay(tiny_model):
     result = run_to_result(replay_plain(tiny_model, [1, 2, 3], []))
-    assert result.output == "" and result.stop_reason == "complete" and result.metrics["forwards"] == 0
+    assert result.output == "" and result.stop_reason == "complete" and result.metrics.forwards == 0
 
 
 # -- stopping: cancel, max tokens, EOS; sampling -----------------------------------------------------
@@ -161,21 +161,21 @@ def test_cancel_stops_early_with_partial_output(tiny_model, strategy):
             cancel.set()
     result = check_stream(events)
     assert result.partial and result.stop_reason == "cancel"
-    assert 3 <= result.metrics["output_tokens"] < 50
+    assert 3 <= result.metrics.output_tokens < 50
 
 
 def test_cancel_replay(tiny_model):
     cancel = threading.Event()
     cancel.set()
     result = run_to_result(replay_plain(tiny_model, [1, 2, 3], [5, 6, 7, 8], cancel=cancel))
-    assert result.partial and result.stop_reason == "cancel" and result.metrics["output_tokens"] == 1
+    assert result.partial and result.stop_reason == "cancel" and result.metrics.output_tokens == 1
 
 
 def test_max_tokens_and_eos(tiny_model):
     prompt_ids = chat_ids(tiny_model, SOURCE)
     for strategy in (decode_plain, decode_prompt_lookup):
         result = check_stream(list(strategy(tiny_model, prompt_ids, max_new_tokens=7, eos_ids=())))
-        assert result.partial and result.stop_reason == "max_tokens" and result.metrics["output_tokens"] == 7
+        assert result.partial and result.stop_reason == "max_tokens" and result.metrics.output_tokens == 7
     first = run_to_result(decode_plain(tiny_model, prompt_ids, max_new_tokens=1, eos_ids=()))
     first_id = tiny_model.tokenizer.encode(first.output, add_special_tokens=False)[0]
     stopped = run_to_result(decode_plain(tiny_model, prompt_ids, max_new_tokens=5, eos_ids=[first_id]))
@@ -192,7 +192,7 @@ def test_seeded_sampling_is_reproducible(tiny_model):
         runs = [run_to_result(strategy(tiny_model, prompt_ids, max_new_tokens=12, temperature=1.0, top_p=0.9, seed=s,
                                        eos_ids=())) for s in (1, 1, 2)]
         assert runs[0].output == runs[1].output
-        assert runs[0].metrics["output_tokens"] == 12
+        assert runs[0].metrics.output_tokens == 12
     greedy = run_to_result(decode_plain(tiny_model, prompt_ids, max_new_tokens=12, eos_ids=()))
     assert greedy.output == run_to_result(decode_prompt_lookup(tiny_model, prompt_ids, max_new_tokens=12,
                                                                eos_ids=())).output

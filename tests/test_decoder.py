@@ -48,11 +48,11 @@ def assert_valid(loaded, source, events, result):
     assert result.program.startswith(program)
     assert "".join(e.text for e in events if e.kind in ("copy", "gen")) == result.output
     m = result.metrics
-    assert m["program_tokens"] == m["tokens_tag"] + m["tokens_generated"]
-    assert sum(e.tokens for e in events if e.kind != "copy") == m["program_tokens"]
-    assert sum(e.tokens for e in events if e.kind == "copy") == m["tokens_copied"]
+    assert m.program_tokens == m.tokens_tag + m.tokens_generated
+    assert sum(e.tokens for e in events if e.kind != "copy") == m.program_tokens
+    assert sum(e.tokens for e in events if e.kind == "copy") == m.tokens_copied
     assert [e.forwards for e in events] == sorted(e.forwards for e in events)
-    assert m["forwards"] <= m["program_tokens"] + 1
+    assert m.forwards <= m.program_tokens + 1
 
 
 # -- sampling: every program is valid ----------------------------------------------------------
@@ -134,7 +134,7 @@ def test_empty_source_allows_gens_only(tag_loving):
 def test_max_new_tokens_stops_partial(tiny_model):
     events, result = run(tiny_model, SOURCE, max_new_tokens=5, temperature=1.0, seed=3)
     assert result.stop_reason == "max_tokens" and result.partial
-    assert result.metrics["program_tokens"] >= 5
+    assert result.metrics.program_tokens >= 5
     assert_valid(tiny_model, SOURCE, events, result)
 
 
@@ -209,7 +209,7 @@ def test_copy_events_carry_the_copied_text(tiny_model):
     assert len(copy_events) == 2
     for event in copy_events:
         assert event.tokens == len(encode_text(tiny_model.tokenizer, event.text))
-    assert result.metrics["tokens_copied"] == sum(e.tokens for e in copy_events)
+    assert result.metrics.tokens_copied == sum(e.tokens for e in copy_events)
     # each copy enters the cache with the forward that also carries its tag's last tokens
     kinds = [e.kind for e in events]
     for index, kind in enumerate(kinds):
@@ -223,11 +223,11 @@ def test_jump_forward_saves_forwards(tiny_model):
     target = source.replace("value_7 = 7\n", "value_7 = 70\n").replace("value_20 = 20\n", "")
     events, result = replay(tiny_model, source, target)
     m = result.metrics
-    assert m["jump_forward_tokens"] > 0
+    assert m.jump_forward_tokens > 0
     # one forward per chosen token; forced tokens and copies ride along with the token before them
-    assert m["forwards"] == m["program_tokens"] - m["jump_forward_tokens"]
-    assert m["forwards"] < m["program_tokens"] + m["copies"]
-    assert m["forwards"] < m["output_tokens"]
+    assert m.forwards == m.program_tokens - m.jump_forward_tokens
+    assert m.forwards < m.program_tokens + m.copies
+    assert m.forwards < m.output_tokens
 
 
 def test_gen_text_split_inside_a_character_comes_out_whole(tiny_model):
@@ -291,12 +291,12 @@ def test_reference_replay_is_exact_on_humanevalpack_with_smollm2(smol_model, hum
     case = humanevalpack_python[index]
     events, result = replay(smol_model, case.source, case.target)
     assert result.output == case.target, case.id
-    assert result.metrics["copies"] == sum(e.kind == "copy" for e in events) > 0
-    assert result.metrics["boundary_retokenized"] == 0  # SmolLM2 has no token past '"/>'
+    assert result.metrics.copies == sum(e.kind == "copy" for e in events) > 0
+    assert result.metrics.boundary_retokenized == 0  # SmolLM2 has no token past '"/>'
 
 
 def test_smollm2_greedy_program_is_valid(smol_model, humanevalpack_python):
     case = humanevalpack_python[2]
     events, result = run(smol_model, case.source, f"Fix bugs in {case.meta['entry_point']}.", max_new_tokens=40)
     assert_valid(smol_model, case.source, events, result)
-    assert result.metrics["tokens_per_second"] > 0
+    assert result.metrics.tokens_per_second > 0

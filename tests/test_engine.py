@@ -32,7 +32,7 @@ def test_reference_mode_gives_the_target_with_every_strategy(engine, strategy):
     assert result.strategy == strategy and result.mode == "reference"
     assert result.stop_reason == "complete" and not result.partial and result.error is None
     assert "".join(e.text for e in events if e.kind in ("copy", "gen")) == TARGET
-    assert result.metrics["output_tokens"] == len(engine.encode(TARGET))
+    assert result.metrics.output_tokens == len(engine.encode(TARGET))
     if strategy == "cad":
         assert resolve_program(parse_program(result.program), SOURCE) == TARGET
         assert any(e.kind == "copy" for e in events)
@@ -56,7 +56,7 @@ def test_copy_as_decode_needs_fewer_forwards_than_plain_on_a_long_copy(engine):
     for strategy in ("cad", "ar", "pld"):
         result = engine.run_to_result(source, "Add the bias.", strategy=strategy, mode="reference", target=target)
         assert result.output == target
-        forwards[strategy] = result.metrics["forwards"]
+        forwards[strategy] = result.metrics.forwards
     assert forwards["cad"] * 5 < forwards["ar"]
     assert forwards["pld"] < forwards["ar"]
 

@@ -80,7 +80,7 @@ def cmd_edit(args: argparse.Namespace) -> int:
             sys.stderr.flush()
     sys.stderr.write("\n")
     assert result is not None
-    metrics = {k: _round(v) for k, v in result.metrics.items()}
+    metrics = {k: _round(v) for k, v in result.metrics.to_dict().items()}
     rows = [[key, value] for key, value in sorted(metrics.items())]
     rows += [["stop_reason", result.stop_reason], ["partial", result.partial]]
     if result.error:
@@ -120,22 +120,22 @@ def replay_case(engine: Any, case: Any) -> dict[str, Any]:
         m = result.metrics
         record[strategy] = {
             "exact": result.output == case.target,
-            "wall_seconds": m["wall_seconds"],
-            "prefill_seconds": m["prefill_seconds"],
+            "wall_seconds": m.wall_seconds,
+            "prefill_seconds": m.prefill_seconds,
             "total_seconds": time.perf_counter() - started,
-            "forwards": m["forwards"],
-            "output_tokens": m["output_tokens"],
+            "forwards": m.forwards,
+            "output_tokens": m.output_tokens,
             "stop_reason": result.stop_reason,
             "error": result.error,
         }
         if strategy == "cad":
             record[strategy].update(
-                tokens_copied=m["tokens_copied"], tokens_generated=m["tokens_generated"], tokens_tag=m["tokens_tag"],
-                jump_forward_tokens=m["jump_forward_tokens"], boundary_retokenized=m["boundary_retokenized"],
-                copies=m.get("copies", 0),
+                tokens_copied=m.tokens_copied, tokens_generated=m.tokens_generated, tokens_tag=m.tokens_tag,
+                jump_forward_tokens=m.jump_forward_tokens, boundary_retokenized=m.boundary_retokenized,
+                copies=m.copies or 0,
             )
         if strategy == "pld":
-            record[strategy]["accepted_draft_tokens"] = m["accepted_draft_tokens"]
+            record[strategy]["accepted_draft_tokens"] = m.accepted_draft_tokens
     for name, (slow, fast) in SPEEDUPS.items():
         a, b = record[slow].get("wall_seconds"), record[fast].get("wall_seconds")
         record.setdefault("speedup", {})[name] = a / b if a and b else None

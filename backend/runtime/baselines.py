@@ -13,7 +13,7 @@ One loop (`_decode`) serves all four. Invariant: the cache holds prompt + output
 output token is "pending" and enters the cache at the front of the next forward, together with
 the drafts to check (as transformers' assisted decoding does), so a plain step and a draft check
 cost one forward each. `forwards` and `elapsed` count from after the prompt prefill; the
-prefill's own time is metrics["prefill_seconds"]. A reference replay also runs the forward after
+prefill's own time is metrics.prefill_seconds. A reference replay also runs the forward after
 the last target token (the one that would predict EOS), so its forward count equals that of a
 model that decodes exactly the target and stops.
 """
@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Any, Callable, Iterator, Sequence
 
-from backend.runtime.events import DecodeEvent, DecodeResult
+from backend.runtime.events import DecodeEvent, DecodeMetrics, DecodeResult
 from backend.runtime.kv import SequenceCache
 from backend.runtime.sampling import make_generator, sample_token
 
@@ -175,21 +175,21 @@ def _decode(
     if tail:
         yield DecodeEvent("gen", tail, 0, forwards(), elapsed())
     wall = elapsed()
-    metrics = {
-        "tokens_copied": 0,
-        "tokens_generated": len(output),
-        "tokens_tag": 0,
-        "forwards": forwards(),
-        "wall_seconds": wall,
-        "prefill_seconds": prefill_seconds,
-        "tokens_per_second": len(output) / wall if wall > 0 else 0.0,
-        "jump_forward_tokens": 0,
-        "boundary_retokenized": 0,
-        "accepted_draft_tokens": accepted_drafts,
-        "draft_tokens": drafted,
-        "output_tokens": len(output),
-        "prompt_tokens": len(prompt),
-    }
+    metrics = DecodeMetrics(
+        tokens_copied=0,
+        tokens_generated=len(output),
+        tokens_tag=0,
+        forwards=forwards(),
+        wall_seconds=wall,
+        prefill_seconds=prefill_seconds,
+        tokens_per_second=len(output) / wall if wall > 0 else 0.0,
+        jump_forward_tokens=0,
+        boundary_retokenized=0,
+        accepted_draft_tokens=accepted_drafts,
+        draft_tokens=drafted,
+        output_tokens=len(output),
+        prompt_tokens=len(prompt),
+    )
     result = DecodeResult(
         strategy=strategy, mode=mode, output=detok.text(), program=None,
         partial=stop_reason in ("max_tokens", "cancel"), stop_reason=stop_reason, error=None, metrics=metrics,

@@ -53,7 +53,7 @@ from backend.core.fsm import FSMState, TokenFSM, TokenVocabulary
 from backend.core.lines import line_count
 from backend.core.program import GEN_CLOSE, GEN_OPEN, CopyLines, Gen, Op, parse_program
 from backend.core.resolve import resolve_program
-from backend.runtime.events import DecodeEvent, DecodeResult
+from backend.runtime.events import DecodeEvent, DecodeMetrics, DecodeResult
 from backend.runtime.kv import SequenceCache
 from backend.runtime.prompt import program_prompt_ids
 from backend.runtime.sampling import make_generator, sample_token
@@ -567,23 +567,23 @@ def _decode(
 
     wall = time.perf_counter() - t0
     output_tokens = len(encode_text(tokenizer, output))
-    metrics = {
-        "tokens_copied": counts["copied"],
-        "tokens_generated": counts["gen"],
-        "tokens_tag": counts["tag"],
-        "forwards": cache.forwards - base,
-        "wall_seconds": wall,
-        "prefill_seconds": prefill_seconds,
-        "tokens_per_second": output_tokens / wall if wall > 0 else 0.0,
-        "jump_forward_tokens": counts["jump"],
-        "boundary_retokenized": counts["boundary"],
-        "retokenized_tokens": counts["boundary_tokens"],
-        "accepted_draft_tokens": 0,
-        "output_tokens": output_tokens,
-        "program_tokens": counts["tag"] + counts["gen"],
-        "copies": sum(isinstance(op, CopyLines) for op in final_ops),
-        "prompt_tokens": len(prompt),
-    }
+    metrics = DecodeMetrics(
+        tokens_copied=counts["copied"],
+        tokens_generated=counts["gen"],
+        tokens_tag=counts["tag"],
+        forwards=cache.forwards - base,
+        wall_seconds=wall,
+        prefill_seconds=prefill_seconds,
+        tokens_per_second=output_tokens / wall if wall > 0 else 0.0,
+        jump_forward_tokens=counts["jump"],
+        boundary_retokenized=counts["boundary"],
+        retokenized_tokens=counts["boundary_tokens"],
+        accepted_draft_tokens=0,
+        output_tokens=output_tokens,
+        program_tokens=counts["tag"] + counts["gen"],
+        copies=sum(isinstance(op, CopyLines) for op in final_ops),
+        prompt_tokens=len(prompt),
+    )
     result = DecodeResult(
         strategy="cad",
         mode="reference" if forced is not None else "model",

@@ -7,10 +7,44 @@ mid-stream.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 EVENT_KINDS = ("tag", "copy", "gen", "done")
-STOP_REASONS = ("eos", "max_tokens", "cancel", "complete", "error")
+STOP_REASONS = ("eos", "max_tokens", "cancel", "complete", "error", "loop")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecodeMetrics:
+    """What one decode cost, the same record for every strategy ("cad", "ar", "pld").
+
+    Counts from after the prompt prefill (`forwards`, `wall_seconds`); the prefill's own time is
+    `prefill_seconds`. `output_tokens` is the canonical token count of the output (what plain
+    decoding of it produces), so `tokens_per_second` = output_tokens / wall_seconds compares
+    strategies. Fields that belong to one strategy only are None for the others and left out of
+    `to_dict()` (the JSON the CLI, the study and storage write is unchanged by this record).
+    """
+
+    tokens_copied: int           # tokens that entered the cache through copies (cad)
+    tokens_generated: int        # tokens the model chose inside gens (cad) / all output tokens (ar, pld)
+    tokens_tag: int              # program tag tokens, forced ones included (cad)
+    forwards: int                # model forward passes after the prompt prefill
+    wall_seconds: float          # seconds from after the prefill to the end
+    prefill_seconds: float       # the prompt prefill's seconds
+    tokens_per_second: float     # output_tokens / wall_seconds
+    jump_forward_tokens: int     # forced tag tokens that cost no decode step (cad)
+    boundary_retokenized: int    # copy joins whose tag tokens were re-tokenised (cad)
+    retokenized_tokens: int | None = None     # tag tokens rolled back at those joins (cad only)
+    accepted_draft_tokens: int   # prompt-lookup drafts accepted (pld)
+    draft_tokens: int | None = None           # prompt-lookup drafts checked (ar, pld only)
+    output_tokens: int           # canonical token count of the output
+    program_tokens: int | None = None         # tag + gen tokens of the program (cad only)
+    copies: int | None = None                 # copy ops in the final program (cad only)
+    prompt_tokens: int           # tokens of the prompt
+
+    def to_dict(self) -> dict[str, Any]:
+        """The metrics as a plain dict, in field order, without the fields that do not apply."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
 
 
 @dataclass(frozen=True)
@@ -29,9 +63,7 @@ class DecodeResult:
     mode: str            # "model" | "reference"
     output: str          # resolved output text (for cad: resolve_program(program, source))
     program: str | None  # cad only
-    partial: bool        # True when stopped by max tokens or cancel
-    stop_reason: str     # "eos" | "max_tokens" | "cancel" | "complete" | "error"
+    partial: bool        # True when stopped by max tokens, cancel or a detected loop
+    stop_reason: str     # one of STOP_REASONS: "eos" | "max_tokens" | "cancel" | "complete" | "error" | "loop"
     error: str | None    # e.g. invalid program at stop (partial) — never raised mid-stream
-    metrics: dict        # tokens_copied, tokens_generated, tokens_tag, forwards, wall_seconds,
-                         # prefill_seconds, tokens_per_second, jump_forward_tokens, boundary_retokenized,
-                         # accepted_draft_tokens (pld), output_tokens
+    metrics: DecodeMetrics

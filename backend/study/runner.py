@@ -467,7 +467,7 @@ class Study:
                 valid = result.error is None and not result.partial
                 record = {"id": case.id, "valid": valid, "exact": valid and result.output == case.target,
                           "stop_reason": result.stop_reason, "error": result.error, "partial": result.partial,
-                          "program": result.program, "seconds": seconds, "metrics": _plain(result.metrics)}
+                          "program": result.program, "seconds": seconds, "metrics": _plain(result.metrics.to_dict())}
                 section["cases"].append(record)
                 self.log(f"[study] model mode {index}/{len(sample)} {case.id}: valid={valid} exact={record['exact']}")
             cases = section["cases"]
@@ -741,7 +741,7 @@ def replay_once(engine: Any, case: EditCase, strategy: str) -> dict[str, Any]:
                                    mode="reference", target=case.target, max_new_tokens=512)
     except Exception as error:  # a runtime failure on one case is a result, not a crash of the study
         return {"error": f"{type(error).__name__}: {error}", "exact": False, "wall_seconds": None}
-    metrics = _plain(result.metrics) or {}
+    metrics = _plain(result.metrics.to_dict()) or {}
     record = {
         "exact": result.output == case.target and result.error is None,
         "wall_seconds": metrics.get("wall_seconds"),
