@@ -110,3 +110,13 @@ def test_merge_adapter__missing_adapter_says_how_to_make_one(tmp_path):
     spec = replace(get_spec("tiny-random"), source=ModelSource(kind="adapter", base="tiny-random", path=str(tmp_path)))
     with pytest.raises(ModelUnavailable, match="python -m backend train"):
         merge_adapter(None, spec)
+
+
+@pytest.mark.slow
+def test_init_adapter__warm_start_continues_from_the_saved_adapter(data_file, tmp_path):
+    first = train(_config(data_file, tmp_path / "first"))
+    warm = train(replace(_config(data_file, tmp_path / "warm"), max_steps=1, init_adapter=str(tmp_path / "first")))
+    cold = first["curve"][0]["loss"]
+    assert warm["curve"][0]["loss"] < cold
+    with pytest.raises(ValueError, match="no adapter_model.safetensors"):
+        train(replace(_config(data_file, tmp_path / "bad"), init_adapter=str(tmp_path / "missing")))

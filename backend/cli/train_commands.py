@@ -49,6 +49,7 @@ def register(subparsers: Any) -> None:
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--threads", type=int, default=None)
     train.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
+    train.add_argument("--init-adapter", default=None, help="warm start from a saved adapter (e.g. the shipped one)")
     train.set_defaults(handler=cmd_train)
 
     evaluate = subparsers.add_parser("evaluate", help="model-mode evaluation: finished programs, exact match, speed")
@@ -65,6 +66,13 @@ def register(subparsers: Any) -> None:
     evaluate.add_argument("--data-dir", default=None)
     evaluate.add_argument("--out", default=None, help="also write per-case results (JSONL) here")
     evaluate.set_defaults(handler=cmd_evaluate)
+
+    cost = subparsers.add_parser("adapter-cost", help="decode step merged vs unmerged; zero- vs few-shot prompt")
+    cost.add_argument("--model", default="smollm2-135m-cad", help="an adapter entry of models.yaml")
+    cost.add_argument("--corpus", default="tests/fixtures/cad-dev-subset.jsonl", help="cases for the prompt comparison")
+    cost.add_argument("--limit", type=int, default=8)
+    cost.add_argument("--data-dir", default=None)
+    cost.set_defaults(handler=cmd_adapter_cost)
 
 
 def cmd_make_data(args: argparse.Namespace) -> int:
@@ -94,7 +102,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     config = TrainConfig(data=args.data, out=args.out, base_model=args.model, rank=args.rank, alpha=2 * args.rank,
                          lr=args.lr, max_steps=args.max_steps, examples_per_step=args.examples_per_step,
                          max_tokens=args.max_tokens, checkpoint_every=args.checkpoint_every,
-                         max_minutes=args.max_minutes, seed=args.seed, threads=args.threads)
+                         max_minutes=args.max_minutes, seed=args.seed, threads=args.threads,
+                         init_adapter=args.init_adapter)
     manifest_path = Path(args.data).with_name("manifest.json")
     manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
     manifest_summary = {k: manifest.get(k) for k in ("generator_version", "config", "counts", "languages", "leak_check",
@@ -114,6 +123,26 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from backend.training.evaluate import evaluate_command
 
     return evaluate_command(args)
+
+
+def cmd_adapter_cost(args: argparse.Namespace) -> int:
+    from backend.data.corpora import CorpusError, load_corpus
+    from backend.measure.machine import machine_info
+    from backend.runtime.models import ModelUnavailable, get_spec, load_model
+    from backend.training.adapter_cost import merged_vs_unmerged, prompt_styles
+
+    try:
+        if get_spec(args.model).source.kind != "adapter":
+            raise UsageError(f"{args.model} is not an adapter entry of models.yaml")
+        cases = load_corpus(args.corpus, args.data_dir)[: args.limit]
+        steps = merged_vs_unmerged(args.model)
+        prompts = prompt_styles(load_model(args.model), cases)
+    except (ModelUnavailable, CorpusError) as error:
+        raise UsageError(str(error)) from None
+    document = {"model": args.model, "cases": len(cases), **steps, **prompts, "machine": machine_info()}
+    rows = [[k, v] for k, v in document.items() if k not in ("machine", "model")]
+    emit(format_table(["measure", "value"], rows), document)
+    return 0
 
 
 def _log(message: str) -> None:

@@ -51,6 +51,7 @@ class TrainConfig:
     seed: int = 0
     threads: int | None = None
     targets: tuple[str, ...] = field(default=LORA_TARGETS)
+    init_adapter: str | None = None  # warm start: a saved adapter (same rank and targets) to continue from
 
 
 def load_records(path: str | Path) -> list[dict[str, Any]]:
@@ -172,15 +173,26 @@ class Run:
 
     def load_checkpoint(self, folder: Path) -> None:
         import torch
-        from peft import set_peft_model_state_dict
-        from safetensors.torch import load_file
 
-        set_peft_model_state_dict(self.model, load_file(str(folder / "adapter_model.safetensors")))
+        load_adapter_weights(self.model, folder)
         state = torch.load(folder / "state.pt", weights_only=False)
         self.optimizer.load_state_dict(state["optimizer"])
         self.step, self.position, self.order = state["step"], state["position"], state["order"]
         self.curve, self.tokens_seen, self.seconds = state["curve"], state["tokens_seen"], state["seconds"]
         torch.set_rng_state(state["torch_rng"])
+
+
+def load_adapter_weights(model: Any, folder: Path) -> None:
+    """Copy a saved adapter's weights into `model`'s LoRA layers (a warm start; rank and targets must match)."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    weights = folder / "adapter_model.safetensors"
+    if not weights.is_file():
+        raise ValueError(f"--init-adapter {folder}: no adapter_model.safetensors there")
+    result = set_peft_model_state_dict(model, load_file(str(weights)))
+    if getattr(result, "unexpected_keys", None):
+        raise ValueError(f"--init-adapter {folder}: its layers do not match this LoRA configuration")
 
 
 def save_adapter(model: Any, out: Path) -> int:
@@ -218,6 +230,8 @@ def train(config: TrainConfig, *, resume: bool = False, manifest: dict[str, Any]
     if not examples:
         raise ValueError(f"{config.data}: no example fits in {config.max_tokens} tokens")
     model = lora_model(loaded.model, config)
+    if config.init_adapter and not resume:
+        load_adapter_weights(model, Path(config.init_adapter))
     model.train()
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)

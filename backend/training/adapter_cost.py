@@ -1,0 +1,78 @@
+"""What the trained adapter costs at decode time, measured: merged vs unmerged, zero- vs few-shot.
+
+- Decode step: the base model with the LoRA adapter merged into its weights against the same
+  adapter kept as separate low-rank layers (peft, unmerged): median seconds of one-token steps
+  after a `context`-token prefill, after warm-up.
+- Prompt: the zero-shot prompt the trained model uses against the few-shot prompt an untrained
+  model needs, on the same cases: tokens and median prefill seconds.
+
+Ratios compare runs in the same process, one after another.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+
+def _step_seconds(model: Any, context: int, steps: int, warmup: int) -> float:
+    import torch
+
+    from backend.runtime.kv import SequenceCache
+
+    ids = [(i * 7919) % 40000 + 100 for i in range(context)]
+    cache = SequenceCache(model)
+    with torch.no_grad():
+        cache.append_span(ids)
+        times = []
+        for index in range(warmup + steps):
+            started = time.perf_counter()
+            cache.step(ids[index % context])
+            if index >= warmup:
+                times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def merged_vs_unmerged(spec_name: str, *, context: int = 512, steps: int = 15, warmup: int = 4) -> dict[str, float]:
+    """Median decode-step seconds with the adapter unmerged (peft layers) and merged."""
+    from peft import PeftModel
+
+    from backend.runtime.models import get_spec, load_model
+
+    spec = get_spec(spec_name)
+    base = load_model(spec.source.base)
+    unmerged = PeftModel.from_pretrained(base.model, str(spec.adapter_dir)).eval()
+    unmerged_seconds = _step_seconds(unmerged, context, steps, warmup)
+    merged = unmerged.merge_and_unload().eval()
+    merged_seconds = _step_seconds(merged, context, steps, warmup)
+    return {"unmerged_step_seconds": unmerged_seconds, "merged_step_seconds": merged_seconds,
+            "merged_speedup": unmerged_seconds / merged_seconds}
+
+
+def prompt_styles(loaded: Any, cases: list[Any], *, repeats: int = 3) -> dict[str, float]:
+    """Prompt tokens and median prefill seconds, zero-shot vs few-shot, summed over `cases`."""
+    import torch
+
+    from backend.runtime.kv import SequenceCache
+    from backend.runtime.prompt import program_prompt_ids
+
+    totals: dict[str, dict[str, float]] = {}
+    for style in ("zero-shot", "few-shot"):
+        tokens, seconds = 0, 0.0
+        for case in cases:
+            ids = program_prompt_ids(loaded.tokenizer, case.source, case.instruction, style=style)
+            runs = []
+            for _ in range(repeats):
+                cache = SequenceCache(loaded.model)
+                started = time.perf_counter()
+                with torch.no_grad():
+                    cache.append_span(ids)
+                runs.append(time.perf_counter() - started)
+            tokens += len(ids)
+            seconds += statistics.median(runs)
+        totals[style] = {"tokens": tokens, "seconds": seconds}
+    return {"zero_shot_tokens": totals["zero-shot"]["tokens"], "few_shot_tokens": totals["few-shot"]["tokens"],
+            "zero_shot_prefill_seconds": totals["zero-shot"]["seconds"],
+            "few_shot_prefill_seconds": totals["few-shot"]["seconds"],
+            "prefill_saved_seconds_per_case": (totals["few-shot"]["seconds"] - totals["zero-shot"]["seconds"]) / max(1, len(cases))}

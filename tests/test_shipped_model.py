@@ -1,0 +1,60 @@
+"""The shipped model edits by itself: the trained adapter, loaded through models.yaml, writes finished
+programs and exact edits on a fixed subset of the dev split (files never seen in training).
+
+The floors sit below what was measured (see adapters/smollm2-135m-cad/TRAINING_CARD.md and the
+closing note), so the test fails when the model, the prompt or the decoder regress, not on noise:
+greedy decoding is deterministic.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SUBSET = ROOT / "tests" / "fixtures" / "cad-dev-subset.jsonl"
+MODEL = "smollm2-135m-cad"
+FINISHED_FLOOR = 0.85
+EXACT_FLOOR = 0.20
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def evaluation() -> dict:
+    done = subprocess.run(
+        [sys.executable, "-m", "backend", "evaluate", str(SUBSET), "--model", MODEL, "--max-new-tokens", "400"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_subset_is_held_out_of_training():
+    """Every fixture case comes from a dev-split file (split by a hash of the file name)."""
+    from backend.training.dataset import DataConfig, split_of
+
+    cases = [json.loads(line) for line in SUBSET.read_text().splitlines()]
+    assert len(cases) >= 12
+    assert all(split_of(case["file"], DataConfig().dev_percent) == "dev" for case in cases)
+
+
+def test_evaluate_json__has_the_documented_shape(evaluation):
+    corpus = evaluation["corpora"][str(SUBSET)]
+    assert evaluation["model"] == MODEL
+    assert corpus["cases"] == 14
+    for rate in (corpus["finished_valid"], corpus["exact_match"]):
+        assert 0.0 <= rate <= 1.0
+    assert sum(kind["cases"] for kind in corpus["per_kind"].values()) == 14
+    assert set(corpus["failures"]) <= {"unfinished", "invalid", "off_by_one_start", "off_by_one_end", "wrong_range",
+                                       "wrong_gen_text", "wrong_structure"}
+
+
+def test_shipped_model__finishes_programs_and_edits_exactly(evaluation):
+    corpus = evaluation["corpora"][str(SUBSET)]
+    assert corpus["finished_valid"] >= FINISHED_FLOOR
+    assert corpus["exact_match"] >= EXACT_FLOOR
