@@ -120,9 +120,36 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from backend.training.evaluate import evaluate_command
+    from backend.cli.edit_commands import load_engine
+    from backend.data.corpora import CorpusError
+    from backend.training.evaluate import Evaluation, load_eval_corpus, summarize
 
-    return evaluate_command(args)
+    strategies = tuple(dict.fromkeys(["cad"] + list(args.strategy or [])))
+    if args.limit is not None and args.limit <= 0:
+        raise UsageError("--limit must be positive")
+    engine = load_engine(args.model)
+    evaluation = Evaluation(engine, strategies=strategies, speed_limit=args.speed_limit, max_new_tokens=args.max_new_tokens)
+    document: dict[str, Any] = {"model": engine.name, "strategies": list(strategies), "corpora": {}}
+    table_rows, all_rows = [], []
+    for name in args.corpora:
+        try:
+            cases = load_eval_corpus(name, args.data_dir, args.limit, min_lines=args.min_lines)
+        except CorpusError as error:
+            raise UsageError(str(error)) from None
+        rows = []
+        for index, case in enumerate(cases):
+            rows.append(evaluation.run_case(index, case))
+            exact = sum(r.get("outcome") == "exact" for r in rows)
+            _log(f"{name}: {index + 1}/{len(cases)} cases, exact {exact}")
+        summary = summarize(rows)
+        document["corpora"][name] = summary
+        all_rows += [{"corpus": name, **r} for r in rows]
+        table_rows.append([name, summary["cases"], summary["finished_valid"], summary["exact_match"],
+                           ", ".join(f"{k} {v}" for k, v in summary["failures"].items())])
+    if args.out:
+        Path(args.out).write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in all_rows), encoding="utf-8")
+    emit(format_table(["corpus", "cases", "finished+valid", "exact", "failures"], table_rows), document)
+    return 0
 
 
 def cmd_adapter_cost(args: argparse.Namespace) -> int:

@@ -21,15 +21,12 @@ Last stdout line: {"model", "corpora": {NAME: {"cases", "finished_valid", "exact
 
 from __future__ import annotations
 
-import argparse
-import json
 from collections import Counter, defaultdict
-from pathlib import Path
 from typing import Any
 
-from backend.cli.common import UsageError, emit, format_table
-from backend.data.corpora import CorpusError, EditCase, load_corpus
 from backend.core.program import CopyLines, Gen, ProgramError, parse_program
+from backend.data.corpora import EditCase, load_corpus
+from backend.measure.replay import is_exact
 
 FINISHED = ("eos", "complete")
 HELDOUT_COMMITS = "commits-heldout"
@@ -55,7 +52,7 @@ def case_kind(case: EditCase) -> str:
 
 def classify(result: Any, case: EditCase, oracle_ops: list[Any]) -> str:
     """The outcome of one model-mode copy-as-decode run (see the module docstring)."""
-    if result.output == case.target and result.stop_reason in FINISHED:
+    if is_exact(result, case.target):
         return "exact"
     if result.stop_reason not in FINISHED:
         return "unfinished" if result.stop_reason in ("max_tokens", "loop", "cancel") else "invalid"
@@ -109,7 +106,7 @@ class Evaluation:
             result = self.engine.run_to_result(case.source, case.instruction or "Apply the edit.", strategy=strategy,
                                                mode="model", max_new_tokens=self._budget(strategy, case))
             row[strategy] = {
-                "exact": result.output == case.target and result.stop_reason in FINISHED,
+                "exact": is_exact(result, case.target),
                 "stop_reason": result.stop_reason, "seconds": _metric(result, "wall_seconds"),
                 "prefill_seconds": _metric(result, "prefill_seconds"), "forwards": int(_metric(result, "forwards")),
                 "output_tokens": int(_metric(result, "output_tokens")),
@@ -167,40 +164,3 @@ def pooled_speed(rows: list[dict[str, Any]]) -> dict[str, Any]:
             per_token = [totals[s]["seconds"] / max(1, totals[s]["output_tokens"]) for s in (other, "cad")]
             speed[f"cad_vs_{other}_per_output_token"] = per_token[0] / per_token[1] if per_token[1] > 0 else None
     return speed
-
-
-def evaluate_command(args: argparse.Namespace) -> int:
-    from backend.cli.edit_commands import load_engine
-
-    strategies = tuple(dict.fromkeys(["cad"] + list(args.strategy or [])))
-    if args.limit is not None and args.limit <= 0:
-        raise UsageError("--limit must be positive")
-    engine = load_engine(args.model)
-    evaluation = Evaluation(engine, strategies=strategies, speed_limit=args.speed_limit, max_new_tokens=args.max_new_tokens)
-    document: dict[str, Any] = {"model": engine.name, "strategies": list(strategies), "corpora": {}}
-    table_rows, all_rows = [], []
-    for name in args.corpora:
-        try:
-            cases = load_eval_corpus(name, args.data_dir, args.limit, min_lines=args.min_lines)
-        except CorpusError as error:
-            raise UsageError(str(error)) from None
-        rows = []
-        for index, case in enumerate(cases):
-            rows.append(evaluation.run_case(index, case))
-            _progress(name, index + 1, len(cases), rows)
-        summary = summarize(rows)
-        document["corpora"][name] = summary
-        all_rows += [{"corpus": name, **r} for r in rows]
-        table_rows.append([name, summary["cases"], summary["finished_valid"], summary["exact_match"],
-                           ", ".join(f"{k} {v}" for k, v in summary["failures"].items())])
-    if args.out:
-        Path(args.out).write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in all_rows), encoding="utf-8")
-    emit(format_table(["corpus", "cases", "finished+valid", "exact", "failures"], table_rows), document)
-    return 0
-
-
-def _progress(name: str, done: int, total: int, rows: list[dict[str, Any]]) -> None:
-    import sys
-
-    exact = sum(r.get("outcome") == "exact" for r in rows)
-    print(f"{name}: {done}/{total} cases, exact {exact}", file=sys.stderr, flush=True)

@@ -1,0 +1,71 @@
+"""The evaluation's failure taxonomy and pooling (logic only; the real model runs in test_shipped_model)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from backend.core.program import CopyLines, Gen
+from backend.data.corpora import EditCase
+from backend.training.evaluate import classify, compare_programs, pooled_speed, summarize
+
+ORACLE = [CopyLines(1, 4), Gen("x = 2\n"), CopyLines(6, 9)]
+
+
+@pytest.mark.parametrize("program, outcome", [
+    ([CopyLines(1, 4), Gen("x = 2\n"), CopyLines(6, 9)], "wrong_structure"),  # equal programs are not a failure kind
+    ([CopyLines(2, 4), Gen("x = 2\n"), CopyLines(6, 9)], "off_by_one_start"),
+    ([CopyLines(1, 3), Gen("x = 2\n"), CopyLines(6, 9)], "off_by_one_end"),
+    ([CopyLines(1, 4), Gen("x = 2\n"), CopyLines(7, 9)], "off_by_one_start"),
+    ([CopyLines(1, 6), Gen("x = 2\n"), CopyLines(6, 9)], "wrong_range"),
+    ([CopyLines(1, 4), Gen("x = 3\n"), CopyLines(6, 9)], "wrong_gen_text"),
+    ([CopyLines(1, 9)], "wrong_structure"),
+])
+def test_compare_programs__program__outcome(program, outcome):
+    assert compare_programs(program, ORACLE) == outcome
+
+
+@dataclass
+class FakeResult:
+    output: str
+    stop_reason: str
+    program: str | None = None
+    error: str | None = None
+
+
+CASE = EditCase("c", "a\nb\n", "a\nB\n")
+
+
+@pytest.mark.parametrize("result, outcome", [
+    (FakeResult("a\nB\n", "eos", '<copy lines="1-1"/><gen>B\n</gen>'), "exact"),
+    (FakeResult("a\n", "max_tokens", "<copy", "incomplete program"), "unfinished"),
+    (FakeResult("a\n", "loop", "", "stopped: the model repeated"), "unfinished"),
+    (FakeResult("", "error", "", "boom"), "invalid"),
+    (FakeResult("a\nC\n", "eos", '<copy lines="1-1"/><gen>C\n</gen>'), "wrong_gen_text"),
+    (FakeResult("a\nB\n", "eos", '<copy lines="1-1"/><gen>B\n</gen>', "late error"), "invalid"),
+])
+def test_classify__result__outcome(result, outcome):
+    assert classify(result, CASE, [CopyLines(1, 1), Gen("B\n")]) == outcome
+
+
+def _row(kind, outcome, cad_seconds, ar_seconds=None):
+    row = {"id": kind, "kind": kind, "outcome": outcome,
+           "cad": {"exact": outcome == "exact", "stop_reason": "eos", "seconds": cad_seconds, "forwards": 3, "output_tokens": 10}}
+    if ar_seconds is not None:
+        row["ar"] = {"exact": True, "stop_reason": "eos", "seconds": ar_seconds, "forwards": 10, "output_tokens": 10}
+    return row
+
+
+def test_summarize__rates_per_kind_and_speed_as_ratio_of_sums():
+    rows = [_row("rename", "exact", 1.0, 4.0), _row("rename", "wrong_range", 1.0, 2.0), _row("literal", "exact", 2.0)]
+    summary = summarize(rows)
+    assert summary["cases"] == 3 and summary["exact_match"] == pytest.approx(2 / 3)
+    assert summary["per_kind"]["rename"] == {"cases": 2, "exact_match": 0.5, "finished_valid": 1.0}
+    assert summary["failures"] == {"wrong_range": 1}
+    speed = summary["speed"]
+    assert speed["cases"] == 2 and speed["cad_vs_ar"] == pytest.approx(6.0 / 2.0)  # summed, not a median of ratios
+
+
+def test_pooled_speed__no_common_cases():
+    assert pooled_speed([_row("a", "exact", 1.0)])["totals"]["cad"]["seconds"] == 1.0
