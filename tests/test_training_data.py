@@ -174,3 +174,29 @@ def test_add_programs__oracle_programs_resolve_to_the_target():
     assert resolve_program(records[0]["program"], PY_WINDOW) == records[0]["target"]
     assert records[0]["program"].startswith('<copy lines="1-0') is False
     assert oracle_program(PY_WINDOW, records[0]["target"], objective="cost")
+
+
+@pytest.mark.slow
+def test_make_data_command__writes_split_leak_checked_cases_with_programs(tmp_path):
+    import hashlib
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "data"
+    done = subprocess.run([sys.executable, "-m", "backend", "make-data", "--out", str(out), "--train", "150", "--dev", "12",
+                           "--no-js"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["leak_check"]["leaks"] == 0 and summary["leak_check"]["evaluation_hashes"] > 500
+    train = [json.loads(line) for line in (out / "train.jsonl").read_text().splitlines()]
+    dev = [json.loads(line) for line in (out / "dev.jsonl").read_text().splitlines()]
+    assert len(train) == 150 and len(dev) == 12 and any(r["kind"] == "commit" for r in train)
+    assert not {r["file"] for r in train} & {r["file"] for r in dev}
+    for record in train[:20] + dev:
+        assert resolve_program(record["program"], record["source"]) == record["target"]
+        assert record["license"] and record["package"]
+    assert summary["train_sha256"] == hashlib.sha256((out / "train.jsonl").read_bytes()).hexdigest()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert sum(manifest["counts"]["train"].values()) == len(train)
+    assert {s["split"] for s in manifest["sources"]} == {"train", "dev"}
