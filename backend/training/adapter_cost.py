@@ -41,6 +41,8 @@ def merged_vs_unmerged(spec_name: str, *, context: int = 512, steps: int = 15, w
     from backend.runtime.models import get_spec, load_model
 
     spec = get_spec(spec_name)
+    if spec.source.base is None or spec.adapter_dir is None:
+        raise ValueError(f"{spec_name} is not an adapter entry")
     base = load_model(spec.source.base)
     unmerged = PeftModel.from_pretrained(base.model, str(spec.adapter_dir)).eval()
     unmerged_seconds = _step_seconds(unmerged, context, steps, warmup)

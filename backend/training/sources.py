@@ -96,7 +96,7 @@ def stdlib_files() -> list[SourceFile]:
 def distribution_license(dist: importlib.metadata.Distribution) -> str:
     """The SPDX-ish licence of an installed distribution (expression, License field or classifier)."""
     meta = dist.metadata
-    for value in (meta.get("License-Expression"), meta.get("License")):
+    for value in (meta["License-Expression"], meta["License"]):
         if value and len(value) < 60 and value.strip().upper() != "UNKNOWN":
             return value.strip()
     for classifier in meta.get_all("Classifier") or []:
