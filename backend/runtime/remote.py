@@ -1,0 +1,269 @@
+"""Copy-as-decode on a remote engine (vLLM, SGLang, llama.cpp server): one program item per request.
+
+The engine is not changed and gives no logits, so the grammar goes to the engine instead:
+
+    request   prompt = chat prompt + the program so far (each copy's text after its tag),
+              grammar = one item or nothing (`remote_grammar.item_regex` / `item_gbnf`),
+              stop = ['"/>', '</gen>']: the request ends the moment an item closes
+    copy      `<copy lines="i-j` came back: we check 1 <= i <= j <= n (a grammar bounds each number
+              to 1..n; for i > j we ask again for the second number, bounded to i..n), then append
+              `"/>` + the copied lines to the prompt of the next request. With prefix caching
+              (vLLM V1, SGLang's radix cache, llama.cpp's cache_prompt) the engine prefills only
+              the new suffix: a copy costs one batched prefill, inside the next request.
+    gen       `<gen>text` came back: `</gen>` + "\\n" close it (the decoding layout, prompt.py)
+    end       an empty completion stopped by EOS: the program is complete
+
+Events are the in-process ones (tag / copy / gen, then done) so the app and the benchmarks consume
+them unchanged. Token counts are our tokenizer's count of the text (`counter`); the server's own
+completion-token count is kept in `metrics["server_completion_tokens"]` when it reports usage.
+`forwards` counts requests + program tokens (each request is one prefill, each token one step).
+Plain decoding ("ar") is one request without a grammar. Prompt lookup runs inside an engine
+(vLLM `--speculative-config '{"method": "ngram", ...}'`), not in a client: "pld" is refused, as is
+reference mode (forcing a given text needs the logits).
+
+Caveat: the prompt travels as text, so the server tokenises it. A special-token string inside the
+input (`<|im_end|>`) may be read as that special token by the server; the in-process runtimes keep
+it as text.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, fields
+from typing import Any
+
+from backend.core.lines import line_count
+from backend.core.program import CopyLines, Gen, Op
+from backend.core.resolve import resolve_program
+from backend.runtime.decoder import ProgramStream
+from backend.runtime.events import DecodeEvent, DecodeMetrics, DecodeResult
+from backend.runtime.prompt import _render, plain_messages, program_messages
+from backend.runtime.remote_client import Completion, CompletionsClient, ItemGrammar, RemoteError
+from backend.runtime.remote_grammar import (
+    COPY_PREFIX,
+    COPY_STOP,
+    GEN_PREFIX,
+    GEN_STOP,
+    STOP_STRINGS,
+    item_gbnf,
+    item_regex,
+    second_number_gbnf,
+    second_number_regex,
+)
+
+_COPY_TEXT = re.compile(r'<copy lines="([1-9][0-9]*)-([1-9][0-9]*)$')
+
+
+@dataclass
+class _Run:
+    """Shared state of one remote decode: timing, counts, the per-request log."""
+
+    counter: Callable[[str], int]
+    started: float = 0.0
+    t0: float | None = None        # when the first chunk arrived (the prompt prefill is done)
+    requests: int = 0
+    tokens: int = 0                # program tokens by our tokenizer (tag + gen)
+    prompt_tokens: int = 0
+    server_tokens: int | None = None
+    ttfts: list | None = None
+
+    def elapsed(self) -> float:
+        return max(0.0, time.perf_counter() - (self.t0 if self.t0 is not None else self.started))
+
+    def event(self, kind: str, text: str, tokens: int) -> DecodeEvent:
+        return DecodeEvent(kind, text, tokens, self.requests + self.tokens, self.elapsed())
+
+    def account(self, done: Completion) -> None:
+        self.requests += 1
+        if self.t0 is None:
+            self.t0 = self.started + (done.first_chunk_seconds or done.seconds)
+        (self.ttfts if self.ttfts is not None else []).append(done.first_chunk_seconds)
+        if done.completion_tokens is not None:
+            self.server_tokens = (self.server_tokens or 0) + done.completion_tokens
+
+
+def _stream_item(client: CompletionsClient, body: dict[str, Any], run: _Run,
+                 stream: ProgramStream) -> Iterator[DecodeEvent | Completion]:
+    """One request: gen text is streamed as it comes (copy tags wait for their check)."""
+    held, is_gen = "", False
+    for item in client.stream(body):
+        if isinstance(item, Completion):
+            run.account(item)
+            yield item
+            return
+        held += item
+        is_gen = is_gen or held.startswith(GEN_PREFIX[:2])
+        if is_gen:
+            yield from _program_events(stream, held, run)
+            held = ""
+
+
+def _program_events(stream: ProgramStream, text: str, run: _Run) -> Iterator[DecodeEvent]:
+    for kind, segment in stream.feed(text.encode("utf-8")):
+        count = run.counter(segment)
+        run.tokens += count
+        yield run.event(kind, segment, count)
+
+
+def remote_program(
+    client: CompletionsClient, source: str, instruction: str | None, *, counter: Callable[[str], int],
+    template: Any = None, max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
+    seed: int | None = None, cancel: threading.Event | None = None,
+) -> Iterator[DecodeEvent]:
+    """Copy-as-decode through a remote engine (see the module docstring); events, then done."""
+    n_lines = line_count(source)
+    grammar = ItemGrammar(item_regex(n_lines), item_gbnf(n_lines))
+    context = _render(template, program_messages(source, instruction))
+    run, stream = _Run(counter, started=time.perf_counter(), ttfts=[], prompt_tokens=counter(context)), ProgramStream()
+    ops: list[Op] = []
+    counts = {"copied": 0, "tag": 0, "gen": 0, "retries": 0, "copies": 0}
+    stop_reason, error = None, None
+    sampling = {"temperature": temperature, "top_p": top_p, "seed": seed}
+    try:
+        while stop_reason is None:
+            if cancel is not None and cancel.is_set():
+                stop_reason = "cancel"
+                break
+            room = max_new_tokens - run.tokens
+            if room <= 0:
+                stop_reason = "max_tokens"
+                break
+            body = client.body(context, max_tokens=room, stop=STOP_STRINGS, grammar=grammar, **sampling)
+            done = None
+            for item in _stream_item(client, body, run, stream):
+                if isinstance(item, Completion):
+                    done = item
+                else:
+                    yield item
+            assert done is not None
+            text = done.text
+            if done.finish_reason == "length":
+                stop_reason = "max_tokens"
+            elif not text:
+                stop_reason = "eos"
+            elif text.startswith(GEN_PREFIX):
+                yield from _program_events(stream, GEN_STOP, run)
+                ops.append(Gen(text[len(GEN_PREFIX):]))
+                context += text + GEN_STOP + "\n"
+            else:
+                op, tag, retried = _checked_copy(client, context, text, n_lines, run, sampling)
+                counts["retries"] += retried
+                yield from _program_events(stream, tag, run)
+                copied = resolve_program([op], source)
+                n = counter(copied)
+                counts["copied"] += n
+                counts["copies"] += 1
+                ops.append(op)
+                yield run.event("copy", copied, n)
+                context += tag + copied
+    except (RemoteError, ValueError) as exc:
+        stop_reason, error = "error", str(exc)
+    yield _done(ops, source, stop_reason, error, run, counts)
+
+
+def _checked_copy(client: CompletionsClient, context: str, text: str, n_lines: int, run: _Run,
+                  sampling: dict[str, Any]) -> tuple[CopyLines, str, int]:
+    """(CopyLines, its full tag text, retries) for a returned `<copy lines="i-j`.
+    i > j: the second number is asked again, bounded to i..n. Raises ValueError for text that is
+    not a copy tag (a server that ignored the grammar)."""
+    match = _COPY_TEXT.match(text)
+    if match is None:
+        raise ValueError(f"the server returned {text[:60]!r}, not a program item: does it enforce the grammar?")
+    first, second = int(match.group(1)), int(match.group(2))
+    if max(first, second) > n_lines:
+        raise ValueError(f"the server returned copy lines {first}-{second} but the input has {n_lines} lines")
+    retried = 0
+    if first > second:
+        retried = 1
+        prefix = f"{COPY_PREFIX}{first}-"
+        grammar = ItemGrammar(second_number_regex(first, n_lines), second_number_gbnf(first, n_lines))
+        body = client.body(context + prefix, max_tokens=len(str(n_lines)) + 3, stop=(COPY_STOP,), grammar=grammar, **sampling)
+        done = client.complete(body)
+        run.account(done)
+        digits = done.text.removesuffix(COPY_STOP)
+        if not digits.isdigit() or not first <= int(digits) <= n_lines:
+            raise ValueError(f"copy lines {first}-{second}: start after end, and the retry returned {done.text!r}")
+        second = int(digits)
+    return CopyLines(first, second), f"{COPY_PREFIX}{first}-{second}{COPY_STOP}", retried
+
+
+def _done(ops: list[Op], source: str, stop_reason: str | None, error: str | None, run: _Run,
+          counts: dict[str, int]) -> DecodeEvent:
+    try:
+        output = resolve_program(ops, source)
+    except ValueError as exc:
+        output, stop_reason, error = "", "error", str(exc)
+    if stop_reason not in ("eos", "error") and error is None and stop_reason != "complete":
+        error = "incomplete program: stopped before the model ended it"
+    output_tokens = run.counter(output) if output else 0
+    generated = sum(run.counter(op.text) for op in ops if isinstance(op, Gen))
+    metrics = _metrics(
+        run, tokens_copied=counts["copied"], tokens_generated=generated, tokens_tag=max(0, run.tokens - generated),
+        output_tokens=output_tokens, program_tokens=run.tokens, copies=counts["copies"], range_retries=counts["retries"],
+    )
+    result = DecodeResult(
+        strategy="cad", mode="model", output=output, program=_program_text(ops), partial=stop_reason in ("max_tokens", "cancel"),
+        stop_reason=stop_reason or "error", error=error, metrics=metrics,
+    )
+    return DecodeEvent("done", "", 0, run.requests + run.tokens, metrics.wall_seconds, result)
+
+
+def _metrics(run: _Run, **counts: Any) -> DecodeMetrics:
+    """DecodeMetrics of a remote run: `forwards` = requests + program tokens (one prefill per
+    request, one step per token); remote-only fields go in where DecodeMetrics has them."""
+    wall = run.elapsed()
+    ttfts = sorted(t for t in (run.ttfts or []) if t is not None)
+    values: dict[str, Any] = dict(
+        forwards=run.requests + run.tokens, wall_seconds=wall,
+        prefill_seconds=(run.t0 - run.started) if run.t0 is not None else 0.0,
+        tokens_per_second=counts["output_tokens"] / wall if wall > 0 else 0.0, jump_forward_tokens=0,
+        boundary_retokenized=0, accepted_draft_tokens=0, prompt_tokens=run.prompt_tokens, requests=run.requests,
+        server_completion_tokens=run.server_tokens, first_chunk_seconds=ttfts[len(ttfts) // 2] if ttfts else None,
+        **counts,
+    )
+    known = {f.name for f in fields(DecodeMetrics)}
+    return DecodeMetrics(**{k: v for k, v in values.items() if k in known})
+
+
+def _program_text(ops: list[Op]) -> str:
+    from backend.runtime.prompt import context_program
+
+    return context_program(ops)
+
+
+def remote_plain(
+    client: CompletionsClient, source: str, instruction: str | None, *, counter: Callable[[str], int],
+    template: Any = None, max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
+    seed: int | None = None, cancel: threading.Event | None = None,
+) -> Iterator[DecodeEvent]:
+    """Plain decoding through the engine: one streamed request, the whole edited text."""
+    prompt = _render(template, plain_messages(source, instruction))
+    run = _Run(counter, started=time.perf_counter(), ttfts=[], prompt_tokens=counter(prompt))
+    body = client.body(prompt, max_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed)
+    text, stop_reason, error = "", None, None
+    try:
+        for item in client.stream(body):
+            if isinstance(item, Completion):
+                run.account(item)
+                stop_reason = "max_tokens" if item.finish_reason == "length" else "eos"
+                break
+            if cancel is not None and cancel.is_set():
+                stop_reason = "cancel"
+                break
+            text += item
+            count = counter(item)
+            run.tokens += count
+            yield run.event("gen", item, count)
+    except RemoteError as exc:
+        stop_reason, error = "error", str(exc)
+    metrics = _metrics(run, tokens_copied=0, tokens_generated=run.tokens, tokens_tag=0,
+                       output_tokens=counter(text) if text else 0, draft_tokens=0)
+    wall = metrics.wall_seconds
+    result = DecodeResult(
+        strategy="ar", mode="model", output=text, program=None, partial=stop_reason in ("max_tokens", "cancel"),
+        stop_reason=stop_reason or "error", error=error, metrics=metrics,
+    )
+    yield DecodeEvent("done", "", 0, run.requests + run.tokens, wall, result)

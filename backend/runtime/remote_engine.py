@@ -1,0 +1,127 @@
+"""`RemoteEditEngine`: the EditEngine interface (validate / run / run_to_result / step_seconds /
+lock) over a remote inference server, so the app and the commands take either engine.
+
+What differs from the in-process engine: strategies "cad" and "ar" only (prompt lookup is an
+engine-side setting there), mode "model" only (forcing a reference needs the logits), token counts
+by our tokenizer of the model's vocabulary (models.yaml `vocabulary`), and the context check uses
+that count of the rendered prompt.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from backend.runtime.engine import EditEngine, EditError, EditLimits, EditRequest, PreparedEdit
+from backend.runtime.events import DecodeEvent
+from backend.runtime.models import ModelSpec, default_model_name, get_spec
+from backend.runtime.prompt import _render, plain_messages, program_messages
+from backend.runtime.remote import remote_plain, remote_program
+from backend.runtime.remote_client import Completion, CompletionsClient, RemoteError
+
+REMOTE_STRATEGIES = ("cad", "ar")
+
+
+@dataclass(frozen=True)
+class RemoteModel:
+    """What the app shows about a remote model (the LoadedModel fields it reads)."""
+
+    spec: ModelSpec
+    url: str
+    kind: str
+    tokenizer: Any = None           # a TextTokenizer of the model's vocabulary (counts only)
+    weights_label: str = "real"
+    dtype: str = "served"
+    eos_ids: tuple[int, ...] = ()
+    load_seconds: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def device(self) -> str:
+        return f"{self.kind} at {self.url}"
+
+
+def _counter_for(spec: ModelSpec) -> Any:
+    from backend.tokenizers import load_tokenizer
+
+    if not spec.vocabulary:
+        raise EditError(f"model {spec.name} names no vocabulary in models.yaml: token counts need one")
+    return load_tokenizer(spec.vocabulary)
+
+
+class RemoteEditEngine(EditEngine):
+    """Edits through a vLLM / SGLang / llama.cpp server. Same calls and errors as EditEngine."""
+
+    def __init__(self, client: CompletionsClient, *, model: str | None = None, limits: EditLimits = EditLimits()) -> None:
+        spec = get_spec(model or default_model_name())
+        self.client = client
+        self.counter = _counter_for(spec)
+        self.loaded = RemoteModel(spec=spec, url=client.root, kind=client.kind, tokenizer=self.counter)
+        self.limits = limits
+        self.lock = threading.Lock()
+        self._step_seconds: float | None = None
+        self._text_tokenizer: Any = self.counter
+
+    @property
+    def name(self) -> str:
+        return self.loaded.spec.name
+
+    def encode(self, text: str) -> list[int]:
+        return self.counter.encode(text) if text else []
+
+    def prepare(self, request: EditRequest) -> PreparedEdit:
+        """EditEngine.prepare for a server: also rejects "pld" and reference mode (module docstring);
+        the context check counts the rendered prompt with this model's vocabulary."""
+        if request.strategy not in REMOTE_STRATEGIES:
+            raise EditError(
+                f"strategy {request.strategy!r} does not run through a remote engine: prompt lookup is a server "
+                "setting (vLLM --speculative-config with method ngram); use cad or ar"
+            )
+        if request.mode != "model":
+            raise EditError("reference mode needs an in-process runtime (torch or llama.cpp): a server cannot force a text")
+        messages = program_messages if request.strategy == "cad" else plain_messages
+        prompt = self.counter.count(_render(None, messages(request.source, request.instruction)))
+        output = request.max_new_tokens + (self.counter.count(request.source) if request.strategy == "cad" else 0)
+        if prompt + output > self.context_length:
+            raise EditError(
+                f"too long for {self.name}: the prompt is {prompt:,} tokens and the output may need {output:,}, "
+                f"but the context holds {self.context_length:,}; shorten the input or lower max new tokens"
+            )
+        return PreparedEdit(request, (), None)
+
+    def _events(self, prepared: PreparedEdit, cancel: threading.Event | None) -> Iterator[DecodeEvent]:
+        request = prepared.request
+        decode = remote_program if request.strategy == "cad" else remote_plain
+        return decode(
+            self.client, request.source, request.instruction, counter=self.counter.count,
+            max_new_tokens=request.max_new_tokens, temperature=request.temperature, top_p=request.top_p,
+            seed=request.seed, cancel=cancel,
+        )
+
+    def _measure_step(self, context_tokens: int, warmup: int, steps: int) -> float:
+        """Seconds per generated token: (time of an N-token request - time of a 1-token request) /
+        (N - 1), medians over `steps` pairs after `warmup`, same prompt (cached after the first)."""
+        prompt = "Count from 1 to 100: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,"
+        n, samples = 17, []
+        for index in range(warmup + steps):
+            one = self._timed(prompt, 1)
+            many = self._timed(prompt, n)
+            produced = many.completion_tokens or self.counter.count(many.text)
+            if index >= warmup and produced > 1:
+                samples.append(max(0.0, many.seconds - one.seconds) / (produced - 1))
+        if not samples:
+            raise RemoteError("the server stopped before generating tokens: cannot time a decode step")
+        return statistics.median(samples)
+
+    def _timed(self, prompt: str, max_tokens: int) -> Completion:
+        started = time.perf_counter()
+        done = self.client.complete(self.client.body(prompt, max_tokens=max_tokens))
+        done.seconds = time.perf_counter() - started
+        return done

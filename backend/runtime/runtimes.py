@@ -1,0 +1,64 @@
+"""Which runtime runs a model: PyTorch or llama.cpp in this process, or a remote inference server.
+
+    load_runtime(model, runtime="torch" | "llama.cpp")   -> a loaded model handle
+    open_engine(model, runtime=..., engine_url=None, engine_kind=None) -> an EditEngine
+
+The CLI (`--runtime`, `--engine-url`, `--engine-kind`), the app and the benchmark all go through
+these two functions, so a new runtime is one branch here. Each backend is imported only in its own
+branch (llama-cpp-python is optional at import time).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+RUNTIMES = ("torch", "llama.cpp")
+DEFAULT_RUNTIME = "torch"
+
+
+def check_runtime(runtime: str) -> str:
+    """`runtime` if known; ValueError naming the choices otherwise."""
+    if runtime not in RUNTIMES:
+        raise ValueError(f"unknown runtime {runtime!r}: use one of {', '.join(RUNTIMES)}")
+    return runtime
+
+
+def load_runtime(model: str | None = None, runtime: str = DEFAULT_RUNTIME, *, threads: int | None = None) -> Any:
+    """The models.yaml entry `model` (default: the default entry) loaded by `runtime`.
+
+    torch -> `models.LoadedModel`; llama.cpp -> `llamacpp.LlamaCppModel` (GGUF entries; a LoRA
+    adapter entry is converted once to a llama.cpp LoRA GGUF). Raises ValueError for an unknown
+    runtime, UnknownModel / ModelUnavailable like `models.load_model`.
+    """
+    from backend.runtime.models import default_model_name
+
+    name = model or default_model_name()
+    if check_runtime(runtime) == "llama.cpp":
+        from backend.runtime.llamacpp import load_llamacpp
+
+        return load_llamacpp(name, threads=threads)
+    from backend.runtime.models import load_model
+
+    return load_model(name, threads=threads)
+
+
+def open_engine(
+    model: str | None = None,
+    *,
+    runtime: str = DEFAULT_RUNTIME,
+    engine_url: str | None = None,
+    engine_kind: str | None = None,
+    threads: int | None = None,
+) -> Any:
+    """An EditEngine: on a remote server when `engine_url` is given (then `engine_kind` is needed
+    and `runtime` is ignored), else on `load_runtime(model, runtime)`."""
+    if engine_url:
+        from backend.runtime.remote_client import CompletionsClient
+        from backend.runtime.remote_engine import RemoteEditEngine
+
+        if not engine_kind:
+            raise ValueError("--engine-url needs --engine-kind (vllm, sglang or llamacpp)")
+        return RemoteEditEngine(CompletionsClient(engine_url, engine_kind), model=model)
+    from backend.runtime.engine import EditEngine
+
+    return EditEngine(load_runtime(model, runtime, threads=threads))
