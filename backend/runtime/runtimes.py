@@ -49,16 +49,21 @@ def open_engine(
     engine_url: str | None = None,
     engine_kind: str | None = None,
     threads: int | None = None,
+    limits: Any = None,
 ) -> Any:
     """An EditEngine: on a remote server when `engine_url` is given (then `engine_kind` is needed
-    and `runtime` is ignored), else on `load_runtime(model, runtime)`."""
+    and `runtime` is ignored), else on `load_runtime(model, runtime)`. `limits`: an EditLimits
+    (default: the engine's)."""
+    from backend.runtime.request import EditLimits
+
+    limits = limits or EditLimits()
     if engine_url:
         from backend.runtime.remote_client import CompletionsClient
         from backend.runtime.remote_engine import RemoteEditEngine
 
         if not engine_kind:
             raise ValueError("--engine-url needs --engine-kind (vllm, sglang or llamacpp)")
-        return RemoteEditEngine(CompletionsClient(engine_url, engine_kind), model=model)
+        return RemoteEditEngine(CompletionsClient(engine_url, engine_kind), model=model, limits=limits)
     from backend.runtime.engine import EditEngine
 
-    return EditEngine(load_runtime(model, runtime, threads=threads))
+    return EditEngine(load_runtime(model, runtime, threads=threads), limits=limits)
