@@ -1,6 +1,9 @@
-"""`python -m app [--host 127.0.0.1] [--port 7860] [--model NAME] [--db-url URL]`: serve the web app.
+"""`python -m app [--host 127.0.0.1] [--port 7860] [--model NAME] [--db-url URL] ...`: serve the web app.
+`python -m app loadtest [--clients N] [--edits K] [--kill-restart]`: the load-and-fault harness
+(app/loadtest.py) against a fresh server and database of its own.
 
 The model loads in a background thread; the page says "loading model…" until it is ready.
+Serving beyond loopback needs a login (app/security.py) or an explicit, loudly logged opt-out.
 """
 
 from __future__ import annotations
@@ -14,70 +17,117 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from app.service import Limits
+    from app.security import AUTH_ENV
+    from backend.runtime.request import APP_LIMITS as defaults
 
-    defaults = Limits()
     parser = argparse.ArgumentParser(
         prog="python -m app", description="Serve the copy-as-decode web app (Gradio) on this machine."
     )
-    parser.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1: this machine only)")
-    parser.add_argument("--port", type=int, default=7860, help="port (default 7860)")
-    parser.add_argument("--model", default=None, help="models.yaml entry to load first (default: its default)")
-    parser.add_argument("--db-url", default=None,
-                        help="SQLAlchemy URL or SQLite file path (default $COPY_AS_DECODE_DB or var/copy_as_decode.sqlite3)")
-    parser.add_argument("--max-input-chars", type=int, default=defaults.max_input_chars,
-                        help=f"longest input accepted, in characters (default {defaults.max_input_chars:,})")
-    parser.add_argument("--max-input-lines", type=int, default=defaults.max_input_lines,
-                        help=f"most input lines accepted (default {defaults.max_input_lines:,})")
-    parser.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens,
-                        help=f"the most new tokens a user may ask for (default {defaults.max_new_tokens:,})")
-    parser.add_argument("--default-new-tokens", type=int, default=defaults.default_new_tokens,
-                        help=f"the new-token slider's starting value (default {defaults.default_new_tokens})")
-    parser.add_argument("--include-random", action="store_true",
-                        help="also list random-weight models (timing only) in the picker")
-    parser.add_argument("--data-dir", default=None, help="corpora directory for the Annotate tab's import")
-    parser.add_argument("--update-interval", type=float, default=0.2,
-                        help="seconds between page updates while streaming (default 0.2; the browser's "
-                             "rendering shares the CPU with the model)")
+    add = parser.add_argument
+    add("--host", default="127.0.0.1",
+        help="address to serve on (default 127.0.0.1: this machine only; any other needs a login)")
+    add("--port", type=int, default=7860, help="port (default 7860)")
+    add("--auth-file", default=None, help=f"file of user:password lines (or set ${AUTH_ENV}=user:password)")
+    add("--insecure-no-auth", action="store_true",
+        help="serve a non-loopback --host WITHOUT a login (anyone reaching the port can read and delete everything)")
+    add("--model", default=None, help="models.yaml entry to load first (default: its default)")
+    add("--db-url", default=None,
+        help="SQLAlchemy URL or SQLite file path (default $COPY_AS_DECODE_DB or var/copy_as_decode.sqlite3)")
+    add("--max-input-chars", type=int, default=defaults.max_source_chars,
+        help=f"longest input accepted, in characters (default {defaults.max_source_chars:,})")
+    add("--max-input-lines", type=int, default=defaults.max_source_lines,
+        help=f"most input lines accepted (default {defaults.max_source_lines:,})")
+    add("--max-new-tokens", type=int, default=defaults.max_new_tokens,
+        help=f"the most new tokens a user may ask for (default {defaults.max_new_tokens:,})")
+    add("--default-new-tokens", type=int, default=defaults.default_new_tokens,
+        help=f"the new-token slider's starting value (default {defaults.default_new_tokens})")
+    add("--max-waiting", type=int, default=8, help="runs that may wait for the model; more are told busy (default 8)")
+    add("--run-seconds", type=float, default=300.0, help="one run's time budget on the model (default 300)")
+    add("--include-random", action="store_true", help="also list random-weight models (timing only) in the picker")
+    add("--data-dir", default=None, help="corpora directory for the Annotate tab's import")
+    # issue 11: who runs the model (docs/DEPLOY.md)
+    add("--runtime", choices=("torch", "llama.cpp"), default="torch",
+        help="in-process runtime: torch (default) or llama.cpp (GGUF models)")
+    add("--engine-url", default=None, help="a vLLM / SGLang / llama.cpp server to decode on instead (http://host:port)")
+    add("--engine-kind", choices=("vllm", "sglang", "llamacpp"), default=None, help="the server's kind, with --engine-url")
+    add("--update-interval", type=float, default=0.2,
+        help="seconds between page updates while streaming (default 0.2; the browser's rendering shares the CPU "
+             "with the model)")
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    for flag in ("max_input_chars", "max_input_lines", "max_new_tokens", "default_new_tokens"):
+def _check(args: argparse.Namespace) -> str | None:
+    """The first thing wrong with the arguments, as an error line; None when all is well."""
+    for flag in ("max_input_chars", "max_input_lines", "max_new_tokens", "default_new_tokens", "max_waiting"):
         if getattr(args, flag) < 1:
-            print(f"error: --{flag.replace('_', '-')} must be at least 1", file=sys.stderr)
-            return 2
+            return f"--{flag.replace('_', '-')} must be at least 1"
+    if not args.run_seconds > 0:
+        return "--run-seconds must be a positive number of seconds"
+    if bool(args.engine_url) != bool(args.engine_kind):
+        return "--engine-url and --engine-kind go together"
+    if args.model and not (os.path.isfile(os.path.join(os.path.expanduser(args.model), "config.json"))):
+        from backend.runtime.models import UnknownModel, get_spec
 
-    from pathlib import Path
-
-    from backend.runtime.models import UnknownModel, get_spec
-
-    if args.model and not (Path(args.model).expanduser() / "config.json").is_file():
         try:
             get_spec(args.model)
         except UnknownModel as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 2
+            return str(error)
+    return None
 
-    from app.service import AppConfig, AppService, Limits
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["loadtest"]:
+        from app.loadtest import main as loadtest_main
+
+        return loadtest_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    problem = _check(args)
+    from app.security import AccessError, resolve_access
+
+    try:
+        access = resolve_access(args.host, auth_file=args.auth_file, insecure_no_auth=args.insecure_no_auth)
+    except AccessError as error:
+        problem = problem or str(error)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    if access.warning:
+        print(f"\n{'!' * 100}\n{access.warning}\n{'!' * 100}\n", file=sys.stderr, flush=True)
+    serve(args, access.credentials)
+    return 0
+
+
+def serve(args: argparse.Namespace, credentials: tuple[tuple[str, str], ...]) -> None:
+    from dataclasses import replace
+
+    from app.service import AppConfig, AppService
     from app.ui import build_ui, launch
+    from backend.runtime.request import APP_LIMITS
 
-    limits = Limits(
-        max_input_chars=args.max_input_chars, max_input_lines=args.max_input_lines,
-        max_new_tokens=args.max_new_tokens, default_new_tokens=min(args.default_new_tokens, args.max_new_tokens),
+    limits = replace(
+        APP_LIMITS, max_source_chars=args.max_input_chars, max_target_chars=args.max_input_chars,
+        max_source_lines=args.max_input_lines, max_new_tokens=args.max_new_tokens,
+        default_new_tokens=min(args.default_new_tokens, args.max_new_tokens),
     )
     config = AppConfig(model=args.model, db_url=args.db_url, limits=limits, include_random=args.include_random,
-                       data_dir=args.data_dir, update_interval_s=max(0.02, args.update_interval))
+                       data_dir=args.data_dir, update_interval_s=max(0.02, args.update_interval),
+                       max_waiting=args.max_waiting, run_seconds=args.run_seconds,
+                       runtime=args.runtime, engine_url=args.engine_url, engine_kind=args.engine_kind)
     service = AppService(config)
-    print(f"database: {service.storage.location}", flush=True)
+    print(f"database: {service.storage.location}", flush=True)  # the operator's log only, never the page
+    if service.interrupted_at_start:
+        print(f"marked {service.interrupted_at_start} run(s) left unfinished by a stopped server as interrupted",
+              flush=True)
     service.load_model()  # background: the page opens at once and says "loading model…"
     threading.Thread(
         target=lambda: print(f"model {service.wait_until_ready().text}", flush=True), daemon=True
     ).start()
-    demo = build_ui(service)
-    launch(demo, host=args.host, port=args.port)
-    return 0
+    try:
+        launch(build_ui(service), host=args.host, port=args.port, max_waiting=args.max_waiting,
+               auth=list(credentials) or None)
+    finally:
+        service.close()
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from plotly.subplots import make_subplots
 COPY_COLOUR = "#0072B2"   # blue
 GEN_COLOUR = "#E69F00"    # orange
 TAG_COLOUR = "#CC79A7"    # reddish purple
+DRAFT_COLOUR = "#009E73"  # bluish green: prompt-lookup drafts the model accepted
 PLAIN_COLOUR = "#000000"  # black, dashed
 STRATEGY_COLOURS = {"ar": "#D55E00", "pld": "#009E73", "cad": COPY_COLOUR}
 STRATEGY_NAMES = {"ar": "plain decoding", "pld": "prompt lookup", "cad": "copy-as-decode"}

@@ -12,7 +12,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-SPAN_KINDS = ("copy", "gen", "tag")
+SPAN_KINDS = ("copy", "gen", "tag", "draft")  # draft: prompt-lookup tokens drafted from the input and accepted
+OUTPUT_KINDS = ("copy", "gen", "draft")
 TIMELINE_POINTS = 240  # points kept in the stored event summary (the live chart keeps all)
 
 
@@ -79,9 +80,9 @@ class RunTracker:
                     self._first_span = time.perf_counter() - self._started
             if kind in ("tag", "gen"):
                 self._program.append(text)
-            if kind in ("copy", "gen"):
+            if kind in OUTPUT_KINDS:
                 self._output.append(text)
-                self._timeline.append((self._elapsed, self._tokens["copy"] + self._tokens["gen"]))
+                self._timeline.append((self._elapsed, sum(self._tokens[k] for k in OUTPUT_KINDS)))
 
     def fail(self, message: str) -> None:
         with self._lock:
@@ -116,7 +117,8 @@ class RunTracker:
     def _metrics(self, result: Any) -> dict[str, Any]:
         final = result.metrics.to_dict() if result is not None else {}
         copied = int(final.get("tokens_copied", self._tokens["copy"]))
-        generated = int(final.get("tokens_generated", self._tokens["gen"]))
+        # the model chose accepted drafts too: they count as generated, shown apart as "draft"
+        generated = int(final.get("tokens_generated", self._tokens["gen"] + self._tokens["draft"]))
         tags = int(final.get("tokens_tag", self._tokens["tag"]))
         forwards = int(final.get("forwards", self._forwards))
         elapsed = float(final.get("wall_seconds", self._elapsed))
@@ -148,13 +150,18 @@ class RunTracker:
         with self._lock:
             timeline = _thin(self._timeline, TIMELINE_POINTS)
             return {
-                "events": dict(self._events),
-                "tokens": dict(self._tokens),
+                "events": _present(self._events),
+                "tokens": _present(self._tokens),
                 "forwards": self._forwards,
                 "first_span_seconds": self._first_span,
                 "timeline": [[round(t, 4), n] for t, n in timeline],
                 "spans": [[kind, text] for text, kind in self._spans],
             }
+
+
+def _present(counts: dict[str, int]) -> dict[str, int]:
+    """Counts per kind; "draft" only where prompt lookup produced some (older summaries lack it)."""
+    return {kind: n for kind, n in counts.items() if n or kind != "draft"}
 
 
 def _thin(points: list[tuple[float, int]], keep: int) -> list[tuple[float, int]]:

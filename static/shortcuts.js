@@ -1,10 +1,10 @@
 // Keyboard shortcuts of the Annotate tab. Active only while that tab is visible and the focus is
 // not in a text field (Esc leaves a text field). 1/2/3 label, e cycles the error kind,
-// a/b/= preference, s skip, Enter save.
+// a/b/= preference (left / right / same), s skip, Enter save.
 (() => {
   const LABELS = { "1": "correct", "2": "partly_correct", "3": "wrong" };
   const ERROR_KINDS = ["none", "span_selection", "generated_content", "format"];
-  const PREFERENCES = { a: "A", b: "B", "=": "same" };
+  const PREFERENCES = { a: "left", b: "right", "=": "same" };
 
   const visible = (element) => element !== null && element.offsetParent !== null;
   const isTextField = (element) =>

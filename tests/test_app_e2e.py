@@ -72,3 +72,45 @@ def test_api_rejects_bad_input_with_a_message(server):
 def test_model_status_reports_ready(server):
     status = Client(server.url, verbose=False).predict(TEST_MODEL, api_name="/model_status")
     assert status.startswith(f"ready: {TEST_MODEL} on cpu")
+
+
+def test_only_deliberate_endpoints_answer_by_name(server):
+    """Issue 12 item 1: UI plumbing (delete, export, import...) was callable as /run_once_21 etc."""
+    client = Client(server.url, verbose=False)
+    named = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
+    assert sorted(named) == ["/annotate", "/annotation_queue", "/cancel", "/compare", "/edit", "/model_status"]
+    for name in ("/run_once_21", "/lambda", "/pick_row", "/delete"):
+        with pytest.raises(Exception):
+            client.predict(1, api_name=name)
+
+
+def _raw_call(server, api_name: str, data: list) -> list:
+    """The HTTP API without gradio_client (which cannot even encode a lone surrogate): JSON with
+    \\ud800 escapes, as any other client may send."""
+    import urllib.request
+
+    body = json.dumps({"data": data}).encode("ascii")
+    url = f"{server.url}gradio_api/call/{api_name}"
+    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        event_id = json.loads(response.read())["event_id"]
+    with urllib.request.urlopen(f"{url}/{event_id}", timeout=120) as response:
+        lines = response.read().decode("utf-8").splitlines()
+    payloads = [line[len("data: "):] for line in lines if line.startswith("data: ")]
+    return json.loads(payloads[-1])
+
+
+def test_api_refuses_a_lone_surrogate_and_a_fractional_token_count(server):
+    final = _raw_call(server, "edit", [TEST_MODEL, "a = 1\ud800\n", "x", "model", "", 16])
+    assert final[-1].startswith("the input is not valid Unicode text: a lone surrogate U+D800"), final[-1]
+    client = Client(server.url, verbose=False)
+    final = client.predict(TEST_MODEL, "a = 1\n", "x", "model", "", 16.5, api_name="/edit")
+    assert final[-1] == "max new tokens must be a whole number, not 16.5"
+
+
+def test_the_server_starts_without_warnings_or_server_paths_on_the_page(server):
+    log = server.log()
+    assert "Expected 1 arguments" not in log and "UserWarning" not in log, log[-2000:]
+    client = Client(server.url, verbose=False)
+    status = client.predict(TEST_MODEL, api_name="/model_status")
+    assert str(server.db_path) not in status

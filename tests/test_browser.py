@@ -303,3 +303,20 @@ def test_html_in_the_input_is_shown_literally_and_runs_nothing(app_page, server,
     assert dialogs == []
     assert page.evaluate("() => window.__pwned") is None
     page.screenshot(path=str(ARTIFACTS / "browser-xss.png"), full_page=True)
+
+
+def test_cancel_is_inactive_when_idle_and_delete_asks_first(app_page, server):
+    page = app_page
+    page.get_by_role("tab", name="Edit", exact=True).click()
+    assert page.locator("#edit-cancel").is_disabled()  # nothing runs: Cancel does not look active
+    page.get_by_role("tab", name="History", exact=True).click()
+    page.click("#hist-refresh")
+    _wait_status(page, "hist-status", "sessions in the database")
+    assert str(server.db_path) not in _status(page, "hist-status")  # no server path on the page
+    before = _db(server, "select count(*) from sessions")
+    page.click("#hist-delete")
+    _wait_status(page, "hist-status", "confirm: delete session #")
+    assert "edit(s)" in page.locator("#hist-confirm").inner_text()
+    page.click("#hist-keep")
+    _wait_status(page, "hist-status", "nothing deleted")
+    assert _db(server, "select count(*) from sessions") == before

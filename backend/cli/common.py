@@ -39,17 +39,24 @@ def format_table(headers: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
-def read_text_file(path: str, what: str) -> str:
+MAX_FILE_BYTES = 16 * 1024 * 1024  # far above any input the engine accepts; stops /dev/zero at once
+
+
+def read_text_file(path: str, what: str, *, max_bytes: int = MAX_FILE_BYTES) -> str:
     """A file's text, decoded as strict UTF-8 with line endings untouched (CRLF and lone CR kept).
-    Rejects a missing file, a directory, an unreadable file and non-UTF-8 bytes (UsageError)."""
+    Rejects a missing file, a directory, an unreadable file, one larger than `max_bytes` (read no
+    further: /dev/zero or a pipe ends there) and non-UTF-8 bytes (UsageError)."""
     try:
-        data = Path(path).read_bytes()
+        with open(path, "rb") as handle:
+            data = handle.read(max_bytes + 1)
     except FileNotFoundError:
         raise UsageError(f"{what} file {path}: no such file") from None
     except IsADirectoryError:
         raise UsageError(f"{what} file {path}: is a directory") from None
     except OSError as error:
         raise UsageError(f"{what} file {path}: cannot read ({error.strerror or error})") from None
+    if len(data) > max_bytes:
+        raise UsageError(f"{what} file {path}: larger than {max_bytes:,} bytes; not read further")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:

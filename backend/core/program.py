@@ -1,7 +1,7 @@
 """The program language: copy tags and generated text, with a strict parser and a renderer.
 
 ```
-program := item* ;  item := (copy_lines | copy_tokens | gen) "\\n"?
+program := item* ;  item := (copy_lines | copy_tokens | gen) ("\\n" | "\\r\\n")?
 copy_lines  := '<copy lines="' INT '-' INT '"/>'     1-based, inclusive, 1 <= i <= j
 copy_tokens := '<copy tokens="' INT '-' INT '"/>'    1-based, inclusive
 gen         := '<gen>' TEXT '</gen>'                 TEXT: any text not containing '</gen>'
@@ -169,6 +169,8 @@ def parse_program(text: str) -> list[Op]:
         ops.append(op)
         if text.startswith("\n", position):
             position += 1
+        elif text.startswith("\r\n", position):  # a program file saved with CRLF line endings
+            position += 2
     return ops
 
 

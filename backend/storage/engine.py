@@ -131,6 +131,11 @@ class Database:
             try:
                 with self._sessions() as session, session.begin():
                     return work(session)
+            except UnicodeEncodeError as error:  # a lone surrogate (U+D800..DFFF) cannot be stored as UTF-8
+                raise StorageError(
+                    f"the text is not valid Unicode (a lone surrogate U+{ord(error.object[error.start]):04X}); "
+                    "nothing was saved"
+                ) from None
             except OperationalError as error:
                 if not _is_locked(error) or attempt >= self.retries:
                     if _is_locked(error):

@@ -1,0 +1,138 @@
+"""How a run is put into words and widget values: diffs, metrics, the finish line. Pure functions.
+
+Nothing here builds HTML: user text goes back as plain strings and (text, kind) pairs, which the
+components render as text.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from app.progress import Snapshot
+from backend.storage import EditRecord
+
+STRATEGY_LABELS = {"ar": "plain decoding", "pld": "prompt lookup", "cad": "copy-as-decode"}
+METRIC_NAMES = ("elapsed", "copied", "generated", "tag", "forwards", "rate", "plain", "speedup")
+# A cad run in model mode that stopped for one of these did not produce a finished, valid program.
+FAILED_STOPS = {
+    "loop": "the model repeated itself (the same span again and again) and was stopped early",
+    "max_tokens": "the model did not finish its program within the max new tokens limit{limit}",
+    "error": "the model's program is invalid",
+    "time_limit": "the run reached the time limit before the model finished",
+}
+
+
+def normalise_newlines(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def exact_source(textbox: str | None, uploaded: str | None) -> str:
+    """The uploaded file's exact text when the textbox still shows it (a browser textarea turns CRLF
+    into LF), else the textbox as typed."""
+    textbox = textbox or ""
+    if uploaded and normalise_newlines(uploaded) == normalise_newlines(textbox):
+        return uploaded
+    return textbox
+
+
+def line_endings(text: str) -> str:
+    """ "CRLF", "LF", "CR", "mixed" or "none"."""
+    crlf = text.count("\r\n")
+    lf, cr = text.count("\n") - crlf, text.count("\r") - crlf
+    kinds = [name for name, count in (("CRLF", crlf), ("LF", lf), ("CR", cr)) if count]
+    return kinds[0] if len(kinds) == 1 else ("mixed" if kinds else "none")
+
+
+def adopt_line_endings(source: str, target: str) -> tuple[str, str | None]:
+    """A typed desired result in the input's line endings: a browser textarea turns CRLF into LF, so a
+    CRLF input's target would share no line with it (the oracle would copy nothing). Returns the
+    target and a note saying what changed (None when nothing did)."""
+    if line_endings(source) == "CRLF" and line_endings(target) == "LF":
+        return target.replace("\n", "\r\n"), "the desired result's LF line endings became CRLF, as in the input"
+    return target, None
+
+
+def unified_diff(before: str, after: str) -> str:
+    """difflib unified diff over lines as an editor counts them, with 'No newline at end of file'."""
+    from backend.core.lines import split_lines
+
+    out = []
+    for line in difflib.unified_diff(split_lines(before), split_lines(after), "input", "output", lineterm=""):
+        if line.startswith(("---", "+++", "@@")):
+            out.append(line + "\n")
+        elif line.endswith(("\n", "\r")):
+            out.append(line)
+        else:
+            out.append(line + "\n\\ No newline at end of file\n")
+    return "".join(out) or "(no changes)"
+
+
+def format_metrics(metrics: dict[str, Any], *, failed: bool = False) -> dict[str, str]:
+    """Metric name -> text. A failed run shows no speed-up: its output is not the edit asked for."""
+    def seconds(value: Any) -> str:
+        return "—" if value is None else f"{float(value):.2f} s"
+
+    speedup = metrics.get("speedup")
+    return {
+        "elapsed": seconds(metrics.get("elapsed_seconds")),
+        "copied": str(metrics.get("tokens_copied", 0)),
+        "generated": str(metrics.get("tokens_generated", 0)),
+        "tag": str(metrics.get("tokens_tag", 0)),
+        "forwards": str(metrics.get("forwards", 0)),
+        "rate": f"{float(metrics.get('tokens_per_second') or 0.0):.1f}",
+        "plain": seconds(metrics.get("estimated_plain_seconds")),
+        "speedup": "— (failed)" if failed else ("—" if speedup is None else f"{float(speedup):.2f}×"),
+    }
+
+
+def spans_value(spans: Any) -> list[tuple[str, str | None]]:
+    return [(text, kind) for text, kind in spans if text]
+
+
+def stop_reason(snapshot: Snapshot) -> str:
+    if "stop_reason" in snapshot.extra:
+        return str(snapshot.extra["stop_reason"])
+    return "error" if snapshot.result is None else str(snapshot.result.stop_reason)
+
+
+def is_failure(snapshot: Snapshot, mode: str) -> bool:
+    """A model-mode cad run that did not end with a finished, valid program (or any failed run)."""
+    stop = stop_reason(snapshot)
+    if snapshot.result is None or stop in ("error", "loop", "time_limit"):
+        return True
+    return mode == "model" and snapshot.strategy == "cad" and stop == "max_tokens"
+
+
+def _head(snapshot: Snapshot, mode: str, max_new_tokens: int | None, run_seconds: float | None) -> str:
+    result, stop = snapshot.result, stop_reason(snapshot)
+    elapsed = float(snapshot.metrics.get("elapsed_seconds") or 0.0)
+    prefill = snapshot.metrics.get("prefill_seconds")
+    timing = f"{elapsed:.2f} s decoding" + (f" + {float(prefill):.2f} s reading the prompt" if prefill is not None else "")
+    if stop == "cancel":  # wall time: a cancel while reading the prompt stops before any decoding
+        return f"cancelled after {snapshot.wall_seconds:.2f} s — partial result kept"
+    if is_failure(snapshot, mode):
+        why = FAILED_STOPS.get(stop, "the run failed").format(limit=f" ({max_new_tokens})" if max_new_tokens else "")
+        if stop == "time_limit" and run_seconds:
+            why += f" ({run_seconds:g} s)"
+        detail = snapshot.error or (result.error if result is not None else None)
+        return f"FAILED: {why}" + (f": {detail}" if detail else "") + f" · after {timing} · what it produced is kept, marked partial"
+    if stop == "max_tokens":
+        limit = f" ({max_new_tokens})" if max_new_tokens else ""
+        return f"stopped at the max new tokens limit{limit} after {timing} — partial result"
+    head = f"done in {timing} ({stop})"
+    return head + (f"; note: {result.error}" if result is not None and result.error else "")
+
+
+def finish_text(snapshot: Snapshot, *, mode: str = "reference", max_new_tokens: int | None = None,
+                run_seconds: float | None = None) -> str:
+    """The status line of a finished run, in plain words: outcome · saved or not · first span."""
+    extra = snapshot.extra
+    edit: EditRecord | None = extra.get("edit")
+    if edit is not None:
+        saved = f"saved as edit #{edit.id}" + (" (marked partial)" if edit.partial else "")
+    else:
+        saved = f"NOT saved: {extra.get('save_error', 'unknown error')}"
+    first = snapshot.first_span_seconds
+    first_text = f" · first span after {first:.2f} s" if first is not None else ""
+    return f"{_head(snapshot, mode, max_new_tokens, run_seconds)} · {saved}{first_text}"

@@ -1,0 +1,122 @@
+"""The run tracker, the presentation helpers and the charts: pure logic, no model, no browser.
+
+Moved from tests/test_app_handlers.py (the tracker and chart tests, assertions kept; the metric
+texts are now keyed by metric name instead of "m_<name>" widget keys)."""
+
+from __future__ import annotations
+
+import pytest
+
+from app import charts
+from app.present import adopt_line_endings, finish_text, format_metrics, is_failure, line_endings
+from app.progress import RunTracker, Snapshot
+from app.tabs.compare import compare_row, compare_table, length_note
+from backend.runtime.events import DecodeEvent, DecodeMetrics, DecodeResult
+
+
+def _metrics(**overrides) -> DecodeMetrics:
+    fields = dict(tokens_copied=4, tokens_generated=2, tokens_tag=15, forwards=18, wall_seconds=0.3,
+                  prefill_seconds=0.05, tokens_per_second=20.0, jump_forward_tokens=0, boundary_retokenized=0,
+                  accepted_draft_tokens=0, output_tokens=6, prompt_tokens=40)
+    fields.update(overrides)
+    return DecodeMetrics(**fields)
+
+
+def test_tracker_metrics_and_summary_from_events():
+    tracker = RunTracker("cad", step_seconds=0.1)
+    for event in [
+        DecodeEvent("tag", '<copy lines="1-2"/>', 9, 9, 0.2),
+        DecodeEvent("copy", "a\nb\n", 4, 10, 0.25),
+        DecodeEvent("tag", "<gen>", 3, 13, 0.3),
+        DecodeEvent("gen", "c", 1, 14, 0.4),
+        DecodeEvent("gen", "\n", 1, 15, 0.5),
+        DecodeEvent("tag", "</gen>\n", 3, 18, 0.6),
+    ]:
+        tracker.add(event)
+    snap = tracker.snapshot()
+    assert snap.spans == (('<copy lines="1-2"/>', "tag"), ("a\nb\n", "copy"), ("<gen>", "tag"), ("c\n", "gen"),
+                          ("</gen>\n", "tag"))
+    assert snap.output == "a\nb\nc\n" and snap.program == '<copy lines="1-2"/><gen>c\n</gen>\n'
+    assert snap.metrics["tokens_copied"] == 4 and snap.metrics["tokens_generated"] == 2
+    assert snap.metrics["estimated_plain_seconds"] == pytest.approx(0.6)
+    assert snap.metrics["speedup"] == pytest.approx(1.0)
+    result = DecodeResult("cad", "model", "a\nb\nc\n", '<copy lines="1-2"/>\n<gen>c\n</gen>\n', False, "eos", None,
+                          _metrics())
+    tracker.add(DecodeEvent("done", "", 0, 18, 0.3, result))
+    final = tracker.snapshot()
+    assert final.done and final.metrics["speedup"] == pytest.approx(2.0)
+    assert final.program == result.program
+    summary = tracker.event_summary()
+    assert summary["tokens"] == {"copy": 4, "gen": 2, "tag": 15} and summary["events"]["gen"] == 2
+    assert summary["spans"][1] == ["copy", "a\nb\n"]
+    shown = format_metrics(final.metrics)
+    assert shown["speedup"] == "2.00×" and shown["elapsed"] == "0.30 s"
+
+
+def test_accepted_drafts_are_their_own_kind_and_count_as_output():
+    tracker = RunTracker("pld", step_seconds=0.1)
+    for event in [DecodeEvent("gen", "def ", 2, 2, 0.1), DecodeEvent("draft", "f(x):\n", 4, 3, 0.2),
+                  DecodeEvent("gen", "  pass\n", 2, 5, 0.3)]:
+        tracker.add(event)
+    snap = tracker.snapshot()
+    assert snap.spans == (("def ", "gen"), ("f(x):\n", "draft"), ("  pass\n", "gen"))
+    assert snap.output == "def f(x):\n  pass\n" and snap.metrics["tokens_generated"] == 8
+    assert tracker.event_summary()["tokens"]["draft"] == 4
+
+
+def test_charts_are_plain_plotly_figures():
+    figure = charts.tokens_over_time([(0.0, 0), (0.5, 10)], step_seconds=0.1)
+    assert [trace.name for trace in figure.data][0] == "copy-as-decode"
+    assert list(figure.data[1].x) == [0.0, pytest.approx(1.0)]
+    bars = charts.comparison([{"strategy": "ar", "wall_seconds": 2.0, "forwards": 40, "tokens_per_second": 20.0},
+                              {"strategy": "cad", "wall_seconds": 0.5, "forwards": 9, "tokens_per_second": 80.0}])
+    assert len(bars.data) == 3 and list(bars.data[1].y) == [40.0, 9.0]
+
+
+def _done(stop: str, *, strategy: str = "cad", error: str | None = None) -> Snapshot:
+    result = DecodeResult(strategy, "model", "x\n", None, stop != "eos", stop, error, _metrics())
+    return Snapshot(strategy, (), "", "x\n", {"elapsed_seconds": 1.0}, (), done=True, result=result,
+                    extra={"stop_reason": stop})
+
+
+# stop reason, mode -> failure?, words in the status
+FINISH_TABLE = [
+    ("eos", "model", False, "done in 1.00 s decoding"),
+    ("loop", "model", True, "FAILED: the model repeated itself"),
+    ("max_tokens", "model", True, "FAILED: the model did not finish its program within the max new tokens limit (24)"),
+    ("max_tokens", "reference", False, "stopped at the max new tokens limit (24)"),
+    ("error", "model", True, "FAILED: the model's program is invalid: bad tag"),
+    ("time_limit", "reference", True, "FAILED: the run reached the time limit before the model finished (60 s)"),
+    ("cancel", "model", False, "cancelled after"),
+]
+
+
+@pytest.mark.parametrize("stop, mode, failed, words", FINISH_TABLE)
+def test_finish_text__stop__mode__failed__words(stop, mode, failed, words):
+    snapshot = _done(stop, error="bad tag" if stop == "error" else None)
+    assert is_failure(snapshot, mode) is failed
+    text = finish_text(snapshot, mode=mode, max_new_tokens=24, run_seconds=60)
+    assert words in text and "NOT saved" in text
+    if failed:
+        assert "what it produced is kept, marked partial" in text
+        assert format_metrics({"speedup": 3.0}, failed=True)["speedup"] == "— (failed)"
+
+
+def test_line_endings_and_adopting_the_inputs():
+    assert [line_endings(t) for t in ("a\r\nb\r\n", "a\nb", "a\rb", "a\r\nb\n", "ab")] == [
+        "CRLF", "LF", "CR", "mixed", "none"]
+    assert adopt_line_endings("a\r\nb\r\n", "a\nc\n") == ("a\r\nc\r\n", "the desired result's LF line endings became CRLF, as in the input")
+    assert adopt_line_endings("a\nb\n", "a\nc\n") == ("a\nc\n", None)
+    assert adopt_line_endings("a\r\nb\r\n", "a\r\nc\r\n") == ("a\r\nc\r\n", None)
+
+
+def test_compare_speedup_is_per_output_token_and_says_when_lengths_differ():
+    rows = [compare_row("ar", {"elapsed_seconds": 10.0, "output_tokens": 200}, stop="eos", mode="model",
+                        produced_target=False, edit_id=1),
+            compare_row("cad", {"elapsed_seconds": 2.0, "output_tokens": 157}, stop="eos", mode="model",
+                        produced_target=False, edit_id=2)]
+    table = compare_table(rows)
+    # plain 0.05 s/token, cad 2/157 = 0.01274 s/token: 3.925x (whole-run wall times would say 5.00x)
+    assert table[1][8] == "3.92×" and table[0][8] == "1.00×"
+    assert "the outputs differ (plain decoding 200, copy-as-decode 157 tokens)" in length_note(rows)
+    assert length_note(rows[:1]) == ""
