@@ -18,13 +18,9 @@ import pytest
 
 from backend.cli.study_command import config_from_args
 from backend.study.report import render_report
-from backend.study.runner import (
-    STRATEGIES,
-    StudyConfig,
-    StudyError,
-    read_kernel_tables,
-    summarize_replay,
-)
+from backend.measure.replay import STRATEGIES, summarize_replay
+from backend.study.config import StudyConfig, StudyError
+from backend.study.stages.kernel import read_kernel_tables
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTIONS = ("kernel", "ceiling", "roundtrip", "bound", "perturbation", "replay", "losslessness", "boundary",

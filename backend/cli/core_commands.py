@@ -156,7 +156,8 @@ def cmd_roundtrip(args: argparse.Namespace) -> int:
 
 def cmd_ceiling(args: argparse.Namespace) -> int:
     """Copy ceiling (coverage programs) and the closed-form wall-clock bound (cost programs = headline)."""
-    from backend.measure.ceiling import HEADLINE_OBJECTIVE, OBJECTIVES, bound, case_ceiling, costs_from_kernel, totals
+    from backend.measure.ceiling import (HEADLINE_OBJECTIVE, OBJECTIVES, ceiling_summary, corpus_ceilings,
+                                         costs_from_kernel, pooled, stats_of)
     from backend.core.oracle import CostModel
 
     kernel = None
@@ -172,22 +173,11 @@ def cmd_ceiling(args: argparse.Namespace) -> int:
     loaded = _corpora(args.corpora, args.data_dir, args.limit)
     tokenize = _tokenizer(args.tokenizer)
     granularities = _granularities(args.granularity)
-    keys = [(g, o) for g in granularities for o in OBJECTIVES]
-    per_corpus: dict[str, dict[tuple[str, str], list]] = {}
-    per_case: dict[str, list[dict[str, Any]]] = {}
-    for name, cases in loaded:
-        stats: dict[tuple[str, str], list] = {key: [] for key in keys}
-        for case in cases:
-            result = case_ceiling(case, tokenize=tokenize, granularities=granularities, costs=costs)
-            for key in keys:
-                stats[key].append(result.stats[key])
-            if args.per_case:
-                per_case.setdefault(name, []).append(
-                    {"id": case.id, **{f"{g}/{o}": result.stats[g, o].to_dict() for g, o in keys}})
-        per_corpus[name] = stats
+    per_corpus = {name: corpus_ceilings(cases, tokenize=tokenize, granularities=granularities, costs=costs)[0]
+                  for name, cases in loaded}
     groups = list(per_corpus.items())
     if len(groups) > 1:
-        groups.append(("pooled", {key: [s for stats in per_corpus.values() for s in stats[key]] for key in keys}))
+        groups.append(("pooled", pooled(per_corpus)))
 
     document: dict[str, Any] = {
         "command": "ceiling", "tokenizer": args.tokenizer, "granularities": list(granularities),
@@ -199,47 +189,49 @@ def cmd_ceiling(args: argparse.Namespace) -> int:
         "corpora": {},
     }
     coverage_rows, cost_rows = [], []
-    for name, stats in groups:
+    for name, results in groups:
         entry: dict[str, Any] = {}
         cover = []
         for granularity in granularities:
-            entry[granularity] = {}
-            for objective in OBJECTIVES:
-                summary = totals(stats[granularity, objective]).to_dict()
-                if kernel is not None:
-                    summary["bound"] = bound(stats[granularity, objective], kernel).to_dict()
-                entry[granularity][objective] = summary
+            entry[granularity] = {objective: ceiling_summary(stats_of(results, granularity, objective), kernel)
+                                  for objective in OBJECTIVES}
             c = entry[granularity]["coverage"]
             cover += [c["copied_tokens"], _percent(c["coverage"]), c["copy_spans"]]
             h = entry[granularity]["cost"]
             speedups = ([f"{h['bound']['speedup']:.2f}x", f"{c['bound']['speedup']:.2f}x"] if kernel else [])
             cost_rows.append([name, granularity, _percent(h["coverage"]), h["generated_tokens"], h["tag_tokens"],
                               h["copy_spans"], *speedups])
-        any_stats = stats[keys[0]]
-        entry["cases"] = len(any_stats)
-        entry["gold_tokens"] = sum(s.gold_tokens for s in any_stats)
+        entry["cases"] = len(results)
+        entry["gold_tokens"] = entry[granularities[0]]["coverage"]["gold_tokens"]
         coverage_rows.append([name, entry["cases"], entry["gold_tokens"], *cover])
         if name == "pooled":
             document["pooled"] = entry
         else:
             document["corpora"][name] = entry
+    table = _ceiling_text(args, granularities, kernel is not None, coverage_rows, cost_rows)
+    if args.per_case:
+        document["cases"] = {name: [{"id": r.case_id, **{f"{g}/{o}": r.stats[g, o].to_dict() for g in granularities
+                                                         for o in OBJECTIVES}} for r in results]
+                             for name, results in per_corpus.items()}
+    emit(table, document)
+    return 0
+
+
+def _ceiling_text(args: argparse.Namespace, granularities: Sequence[str], bounded: bool,
+                  coverage_rows: list[list[Any]], cost_rows: list[list[Any]]) -> str:
     coverage_headers = ["corpus", "cases", "gold"]
     for granularity in granularities:
         coverage_headers += [f"{granularity} copied", f"{granularity} cov", f"{granularity} spans"]
     cost_headers = ["corpus", "unit", "cost cov", "generated", "tag", "spans"]
-    if kernel:
+    if bounded:
         cost_headers += ["bound (cost)", "bound (coverage)"]
-    table = "\n".join([
+    return "\n".join([
         f"Copy ceiling, {args.tokenizer} tokens (coverage programs: most gold tokens copied)",
         format_table(coverage_headers, coverage_rows),
         "",
-        "Cost programs (headline" + (f"; bound from {args.kernel}" if kernel else "; pass --kernel F for the bound") + ")",
+        "Cost programs (headline" + (f"; bound from {args.kernel}" if bounded else "; pass --kernel F for the bound") + ")",
         format_table(cost_headers, cost_rows),
     ])
-    if args.per_case:
-        document["cases"] = per_case
-    emit(table, document)
-    return 0
 
 
 # --- perturb ----------------------------------------------------------------------------------------

@@ -15,8 +15,10 @@
     seconds after the prompt prefill (the prefill is reported apart: the three prompts differ),
     forward passes, exact match with the target; for cad the boundary re-tokenisations and the
     jump-forward tokens (decode steps saved). Speed-ups are ratios of wall time: cad_vs_ar =
-    ar / cad, pld_vs_ar = ar / pld, cad_vs_pld = pld / cad. A table per corpus and pooled (medians),
-    then one JSON line. Exit 1 when any output differs from its target.
+    ar / cad, pld_vs_ar = ar / pld, cad_vs_pld = pld / cad, pooled per corpus and across corpora
+    as ratios of summed seconds; "exact" = no error and output == target byte for byte. All of it
+    is computed by backend/measure/replay.py, the same code the study uses. A table per corpus and
+    pooled, then one JSON line. Exit 1 when any output differs from its target.
 
 Bad usage or input (missing file, non-UTF-8 input, unknown model or corpus, a request the engine
 refuses) exits 2 with one line on stderr.
@@ -25,27 +27,22 @@ refuses) exits 2 with one line on stderr.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
-from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from backend.cli.common import UsageError, emit, format_table, read_text_file
-
-STRATEGIES = ("cad", "ar", "pld")
-SPEEDUPS = {"cad_vs_ar": ("ar", "cad"), "pld_vs_ar": ("ar", "pld"), "cad_vs_pld": ("pld", "cad")}
-DEFAULT_INSTRUCTION = "Apply the edit."
+from backend.measure.replay import STRATEGIES
 
 
-def load_engine(name: str | None) -> Any:
+def load_engine(name: str | None, *, limits: Any = None) -> Any:
     """An EditEngine on the named model (default: models.yaml's default). UsageError if unavailable."""
-    from backend.runtime.engine import EditEngine, EditError
+    from backend.runtime.engine import EditEngine, EditError, EditLimits
     from backend.runtime.models import ModelUnavailable, default_model_name, load_model
 
     try:
         loaded = load_model(name or default_model_name())
-        return EditEngine(loaded)
+        return EditEngine(loaded, limits=limits or EditLimits())
     except (ModelUnavailable, EditError) as error:
         raise UsageError(str(error)) from None
 
@@ -63,7 +60,9 @@ def cmd_edit(args: argparse.Namespace) -> int:
     source = read_text_file(args.source, "source")
     target = read_text_file(args.target, "target") if args.target else None
     mode = "reference" if target is not None else "model"
-    engine = load_engine(args.model)
+    from backend.runtime.request import CLI_LIMITS
+
+    engine = load_engine(args.model, limits=CLI_LIMITS)  # the app's rules: no empty input, no blank instruction
     try:
         events = engine.run(
             source, args.instruction, strategy=args.strategy, mode=mode, target=target,
@@ -101,76 +100,6 @@ def cmd_edit(args: argparse.Namespace) -> int:
 # --- replay -------------------------------------------------------------------------------------
 
 
-def replay_case(engine: Any, case: Any) -> dict[str, Any]:
-    """Reference replay of one case with cad, ar and pld (in that order); never raises for a run."""
-    from backend.runtime.engine import EditError
-
-    instruction = case.instruction or DEFAULT_INSTRUCTION
-    record: dict[str, Any] = {"id": case.id}
-    for strategy in STRATEGIES:
-        started = time.perf_counter()
-        try:
-            result = engine.run_to_result(case.source, instruction, strategy=strategy, mode="reference", target=case.target)
-        except EditError as error:
-            record[strategy] = {"error": str(error), "exact": False}
-            continue
-        except Exception as error:  # a failing case is reported, the others still run
-            record[strategy] = {"error": f"{type(error).__name__}: {error}", "exact": False}
-            continue
-        m = result.metrics
-        record[strategy] = {
-            "exact": result.output == case.target,
-            "wall_seconds": m.wall_seconds,
-            "prefill_seconds": m.prefill_seconds,
-            "total_seconds": time.perf_counter() - started,
-            "forwards": m.forwards,
-            "output_tokens": m.output_tokens,
-            "stop_reason": result.stop_reason,
-            "error": result.error,
-        }
-        if strategy == "cad":
-            record[strategy].update(
-                tokens_copied=m.tokens_copied, tokens_generated=m.tokens_generated, tokens_tag=m.tokens_tag,
-                jump_forward_tokens=m.jump_forward_tokens, boundary_retokenized=m.boundary_retokenized,
-                copies=m.copies or 0,
-            )
-        if strategy == "pld":
-            record[strategy]["accepted_draft_tokens"] = m.accepted_draft_tokens
-    for name, (slow, fast) in SPEEDUPS.items():
-        a, b = record[slow].get("wall_seconds"), record[fast].get("wall_seconds")
-        record.setdefault("speedup", {})[name] = a / b if a and b else None
-    return record
-
-
-def _median(values: Sequence[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return statistics.median(present) if present else None
-
-
-def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Medians and totals over replayed cases (see the module docstring)."""
-    out: dict[str, Any] = {"cases": len(records)}
-    for strategy in STRATEGIES:
-        runs = [r[strategy] for r in records]
-        out[strategy] = {
-            "exact": sum(1 for run in runs if run.get("exact")),
-            "median_wall_seconds": _median([run.get("wall_seconds") for run in runs]),
-            "median_forwards": _median([run.get("forwards") for run in runs]),
-            "total_wall_seconds": sum(run.get("wall_seconds") or 0.0 for run in runs),
-            "total_forwards": sum(run.get("forwards") or 0 for run in runs),
-        }
-    out["speedup"] = {name: _median([r["speedup"][name] for r in records]) for name in SPEEDUPS}
-    cad = [r["cad"] for r in records]
-    copies = sum(run.get("copies", 0) for run in cad)
-    retokenized = sum(run.get("boundary_retokenized", 0) for run in cad)
-    out["boundary_retokenized"] = retokenized
-    out["boundary_retokenization_rate"] = retokenized / copies if copies else None
-    out["copies"] = copies
-    out["jump_forward_tokens"] = sum(run.get("jump_forward_tokens", 0) for run in cad)
-    out["all_exact"] = all(r[s].get("exact") for r in records for s in STRATEGIES)
-    return out
-
-
 def _x(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
@@ -178,13 +107,12 @@ def _x(value: float | None) -> str:
 def replay_table(summaries: dict[str, dict[str, Any]]) -> str:
     rows = []
     for name, s in summaries.items():
-        n = s["cases"]
+        n, speedup, boundary = s["cases"], s.get("speedup", {}), s["boundary"]
         rows.append([
-            name, n,
-            f"{s['cad']['exact']}/{n} {s['ar']['exact']}/{n} {s['pld']['exact']}/{n}",
-            _x(s["speedup"]["cad_vs_ar"]), _x(s["speedup"]["pld_vs_ar"]), _x(s["speedup"]["cad_vs_pld"]),
-            " / ".join("-" if s[k]["median_forwards"] is None else f"{s[k]['median_forwards']:g}" for k in STRATEGIES),
-            f"{s['boundary_retokenized']}/{s['copies']}", s["jump_forward_tokens"],
+            name, n, " ".join(f"{s['exact_runs'][k]['ok']}/{n}" for k in STRATEGIES),
+            _x(speedup.get("cad_vs_ar")), _x(speedup.get("pld_vs_ar")), _x(speedup.get("cad_vs_pld")),
+            " / ".join(str(s.get(k, {}).get("forwards", "-")) for k in STRATEGIES),
+            f"{boundary['boundary_retokenized']}/{boundary['copies']}", boundary["jump_forward_tokens"],
         ])
     return format_table(
         ["corpus", "cases", "exact cad ar pld", "cad/ar", "pld/ar", "cad/pld", "forwards cad/ar/pld",
@@ -194,7 +122,8 @@ def replay_table(summaries: dict[str, dict[str, Any]]) -> str:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from backend.core.corpora import CorpusError, load_corpus
+    from backend.data.corpora import CorpusError, load_corpus
+    from backend.measure.replay import POOLED, pool_by_corpus, replay_case, warm_up
 
     if args.limit is not None and args.limit < 1:
         raise UsageError(f"--limit must be >= 1, got {args.limit}")
@@ -206,36 +135,48 @@ def cmd_replay(args: argparse.Namespace) -> int:
             raise UsageError(str(error)) from None
         corpora.append((name, cases[: args.limit] if args.limit else cases))
     engine = load_engine(args.model)
-    # First runs are several times slower (allocator, kernels): warm every strategy up once.
-    engine.run_to_result("a = 1\nb = 2\n", "Change 1 to 3.", strategy="cad", mode="reference", target="a = 3\nb = 2\n")
-    for strategy in ("ar", "pld"):
-        engine.run_to_result("a = 1\n", "Change 1 to 3.", strategy=strategy, mode="reference", target="a = 3\n")
+    warm_up(engine)
     started = time.perf_counter()
-    per_corpus: dict[str, list[dict[str, Any]]] = {}
+    records: list[dict[str, Any]] = []
     for name, cases in corpora:
-        records = per_corpus.setdefault(name, [])
         for index, case in enumerate(cases, start=1):
-            record = replay_case(engine, case)
-            record["corpus"] = name
+            record = {"corpus": name, **replay_case(engine, case)}
+            record["cad"].pop("program", None)
             records.append(record)
             print(
                 f"[replay] {name} {index}/{len(cases)} {case.id}: cad/ar {_x(record['speedup']['cad_vs_ar'])} "
                 f"exact {'/'.join(str(bool(record[s].get('exact'))) for s in STRATEGIES)}",
                 file=sys.stderr, flush=True,
             )
-    summaries = {name: summarize(records) for name, records in per_corpus.items()}
-    everything = [r for records in per_corpus.values() for r in records]
-    if len(per_corpus) > 1 or not summaries:
-        summaries["pooled"] = summarize(everything)
+    summaries = pool_by_corpus(records, summarize)
+    if len(corpora) == 1 and records:
+        del summaries[POOLED]  # one corpus: pooled would repeat it
     document = {
         "command": "replay", "model": engine.name, "weights": engine.loaded.weights_label,
         "device": str(engine.loaded.device), "dtype": str(engine.loaded.dtype).replace("torch.", ""),
-        "seconds": time.perf_counter() - started, "summary": summaries,
-        "cases": [{k: (v if not isinstance(v, dict) else {kk: _round(vv) for kk, vv in v.items()}) for k, v in r.items()}
-                  for r in everything],
+        "seconds": time.perf_counter() - started, "summary": summaries, "cases": _rounded(records),
     }
     emit(replay_table(summaries), document)
     return 0 if all(s["all_exact"] for s in summaries.values()) else 1
+
+
+def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The replay summary of some cases: timings pooled as ratios of sums, exact runs out of all
+    cases, the copy joins (all from backend.measure.replay)."""
+    from backend.measure.replay import boundary_summary, exact_counts, summarize_replay
+
+    exact = exact_counts(records)
+    return {**summarize_replay(records), "exact_runs": exact, "boundary": boundary_summary(records),
+            "all_exact": all(counts["ok"] == counts["cases"] for counts in exact.values())}
+
+
+def _rounded(value: Any) -> Any:
+    """Floats to 6 decimals, in nested dicts and lists (the per-case records of the JSON document)."""
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return _round(value)
 
 
 # --- registration -------------------------------------------------------------------------------

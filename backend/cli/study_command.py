@@ -119,7 +119,7 @@ _OVERRIDES = {"model": "model", "data_dir": "data_dir", "kernel_models": "kernel
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
-    from backend.study.runner import StudyConfig
+    from backend.study.config import StudyConfig
 
     overrides: dict[str, Any] = {field: getattr(args, name) for name, field in _OVERRIDES.items()
                                  if getattr(args, name) is not None}
@@ -158,7 +158,8 @@ def publish(out: Path, report_dir: Path) -> None:
 def cmd_study(args: argparse.Namespace) -> int:
     from backend.data.corpora import CorpusError
     from backend.study.report import comparison_rows
-    from backend.study.runner import StudyError, run_study
+    from backend.study.config import StudyError
+    from backend.study.runner import run_study
 
     config = config_from_args(args)
     try:

@@ -190,6 +190,7 @@ def program_cost(
         if first is None:
             total += weights.gen_run + sum(weights.gen_unit[start:end])
         else:
+            assert last is not None  # a copy segment has both ends
             total += weights.open_copy(first) + sum(weights.copy_unit[start:end]) + weights.close_copy(last)
     return total
 
@@ -228,6 +229,7 @@ class _Pricing:
         self.costs = costs
         self.target = target
         if granularity == "token":
+            assert tokenize is not None  # checked above
             self.source_units = _checked_pieces(tokenize, source, "source")
             self.target_units = _checked_pieces(tokenize, target, "target")
             self.unit_tokens = [1] * len(self.target_units)
@@ -450,7 +452,8 @@ def _cheapest_cover(
     open_copy, close_copy = weights.open_copy, weights.close_copy
     for k in range(size_t + 1):
         if k:
-            best, choice = gen_cost, (gen_start, None)
+            best = gen_cost
+            choice: tuple[int, int | None] = (gen_start, None)
             for diagonal, (cost, start) in copies.items():
                 total = cost + close_copy(k - 1 + diagonal)
                 if total < best:
@@ -520,6 +523,7 @@ def _segments_to_ops(segments: list[_Segment], pricing: _Pricing) -> list[Op]:
         if first is None:
             ops.extend(gen_ops("".join(pricing.target_units[start:end])))
         else:
+            assert last is not None  # a copy segment has both ends
             ops.append(pricing.copy_op(first + 1, last + 1))
     return merge_gens(ops)
 

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Protocol, Sequence
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
-from backend.data.corpora import EditCase
+from backend.data.cases import EditCase
 from backend.core.lines import split_lines
 from backend.core.oracle import CostModel, oracle_program
 from backend.core.program import CopyLines, CopyTokens, Gen, Op, tag_text
@@ -268,3 +268,48 @@ def costs_from_kernel(kernel: Kernel) -> CostModel:
     """The oracle's affine copy cost fitted to a kernel table (via `CostModel.from_kernel`)."""
     rows = [(row.n, row.prefill_seconds) for row in kernel.rows]  # type: ignore[attr-defined]
     return CostModel.from_kernel(kernel.step_seconds, rows)
+
+
+# --- aggregation over corpora (the one rule the ceiling command and the study share) ---------------
+
+
+def corpus_ceilings(
+    cases: Iterable[EditCase],
+    *,
+    tokenize: Tokenize,
+    granularities: Sequence[str] = GRANULARITIES,
+    objectives: Sequence[str] = OBJECTIVES,
+    costs: CostModel = CostModel(),
+    keep_failures: bool = False,
+) -> tuple[list[CaseCeiling], list[dict[str, str]]]:
+    """`case_ceiling` of every case and the round-trip failures. A failed round trip raises
+    AssertionError, or with `keep_failures` is left out and listed as `{"id", "error"}`."""
+    results: list[CaseCeiling] = []
+    failures: list[dict[str, str]] = []
+    for case in cases:
+        try:
+            results.append(case_ceiling(case, tokenize=tokenize, granularities=granularities, objectives=objectives,
+                                        costs=costs))
+        except AssertionError as error:  # the oracle's own round-trip check failed
+            if not keep_failures:
+                raise
+            failures.append({"id": case.id, "error": str(error)})
+    return results, failures
+
+
+def stats_of(results: Iterable[CaseCeiling], granularity: str, objective: str) -> list[ProgramStats]:
+    """The accounting of one (granularity, objective) program over cases."""
+    return [r.stats[granularity, objective] for r in results]
+
+
+def pooled(per_corpus: Mapping[str, Sequence[CaseCeiling]]) -> list[CaseCeiling]:
+    """Every corpus's cases together: pooled numbers are sums over all of them (ratios of sums)."""
+    return [r for results in per_corpus.values() for r in results]
+
+
+def ceiling_summary(stats: Sequence[ProgramStats], kernel: Kernel | None = None) -> dict[str, Any]:
+    """`totals(stats)` as a dict, with the closed-form `bound` (a dict) when a kernel table is given."""
+    summary = totals(stats).to_dict()
+    if kernel is not None:
+        summary["bound"] = bound(stats, kernel).to_dict()
+    return summary

@@ -237,7 +237,7 @@ def perturbation_explanation(results: dict[str, Any]) -> str:
 
 def non_default_options(config: dict[str, Any]) -> list[str]:
     """`name=value` for each size/selection option that differs from the full study's default."""
-    from backend.study.runner import StudyConfig
+    from backend.study.config import StudyConfig
 
     defaults = StudyConfig()
     ignore = {"out", "command", "data_dir", "png", "quick", "extra_kernels", "kernel_only"}
