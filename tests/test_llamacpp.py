@@ -1,0 +1,171 @@
+"""The llama.cpp runtime for real: the embedded Q4_1 GGUF in llama-cpp-python (built by `make test`).
+
+The cache contract is kv.SequenceCache's; the numbers llama.cpp computes differ from our float32
+PyTorch model's (Q4_1 weights, 8-bit activations in its matmuls), so agreement with PyTorch is
+checked on the next-token choice and a bound on the logit difference, not bit for bit.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from backend.runtime.llamacpp import LlamaCppModel, load_llamacpp
+from backend.runtime.remote_grammar import item_gbnf, second_number_gbnf
+
+CODE = (
+    "def mean(values):\n"
+    '    """Return the arithmetic mean of values."""\n'
+    "    total = 0\n"
+    "    for value in values:\n"
+    "        total += value\n"
+    "    return total / len(values)\n"
+)
+
+
+@pytest.fixture(scope="module")
+def llama() -> LlamaCppModel:
+    handle = load_llamacpp("smollm2-135m", n_ctx=1024, threads=1)  # one thread: stable on a busy CI machine
+    yield handle
+    handle.close()
+
+
+@pytest.fixture(scope="module")
+def ids(llama: LlamaCppModel) -> list[int]:
+    return list(llama.tokenizer(CODE, add_special_tokens=False)["input_ids"])
+
+
+def test_handle__loadedmodel_fields(llama: LlamaCppModel) -> None:
+    assert llama.name == "smollm2-135m" and llama.vocab_size == 49152
+    assert llama.runtime == "llama.cpp" and llama.model is None
+    assert 2 in llama.eos_ids  # <|im_end|> ends a turn
+    assert len(llama.tokenizer) == llama.vocab_size  # the HF tokenizer read from the same GGUF
+
+
+def test_append_span__equals_one_step_per_token(llama: LlamaCppModel, ids: list[int]) -> None:
+    batched = llama.new_cache().append_span(ids)
+    cache = llama.new_cache()
+    for token in ids:
+        stepped = cache.step(token)
+    assert batched.dtype == torch.float32 and batched.shape == (llama.vocab_size,)
+    assert int(batched.argmax()) == int(stepped.argmax())
+    assert float((batched - stepped).abs().max()) < 0.05  # batched vs single-token kernels
+
+
+def test_append_span_all__row_i_predicts_after_token_i(llama: LlamaCppModel, ids: list[int]) -> None:
+    cache = llama.new_cache()
+    cache.append_span(ids[:10])
+    rows = cache.append_span_all(ids[10:16])
+    assert rows.shape == (6, llama.vocab_size) and cache.length == 16 and cache.forwards == 2
+    check = llama.new_cache()
+    check.append_span(ids[:10])
+    for i, token in enumerate(ids[10:16]):
+        step = check.step(token)
+        assert int(step.argmax()) == int(rows[i].argmax())
+        assert float((step - rows[i]).abs().max()) < 0.05
+
+
+def test_rollback__then_the_same_tokens_give_the_same_logits(llama: LlamaCppModel, ids: list[int]) -> None:
+    cache = llama.new_cache()
+    cache.append_span(ids[:20])
+    first = cache.append_span(ids[20:30])
+    cache.rollback(10)
+    assert cache.length == 20 and cache.token_ids == ids[:20]
+    again = cache.append_span(ids[20:30])
+    assert torch.equal(first, again)  # the removed cells are really gone: nothing stale is attended
+    cache.truncate(5)
+    assert cache.token_ids == ids[:5]
+    cache.rollback(0)
+    assert cache.length == 5
+
+
+def test_rollback_then_different_tokens__match_a_fresh_cache(llama: LlamaCppModel, ids: list[int]) -> None:
+    cache = llama.new_cache()
+    cache.append_span(ids[:30])
+    cache.rollback(15)
+    after_rollback = cache.append_span(ids[30:40])
+    fresh = llama.new_cache()
+    fresh.append_span(ids[:15])
+    direct = fresh.append_span(ids[30:40])
+    assert torch.equal(after_rollback, direct)
+
+
+class _CancelAfter:
+    """is_set() turns True after `n` checks (a cancel arriving mid-prefill)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def is_set(self) -> bool:
+        self.n -= 1
+        return self.n < 0
+
+
+def test_prefill__chunks_give_the_same_next_token_and_cancel_keeps_what_was_done(llama: LlamaCppModel, ids: list[int]) -> None:
+    whole = llama.new_cache().append_span(ids)
+    cache = llama.new_cache()
+    chunked = cache.prefill(ids, chunk=16)
+    assert chunked is not None and cache.forwards == -(-len(ids) // 16) and cache.token_ids == ids
+    assert int(chunked.argmax()) == int(whole.argmax()) and float((chunked - whole).abs().max()) < 0.05
+    cancelled = llama.new_cache()
+    assert cancelled.prefill(ids, chunk=16, cancel=_CancelAfter(2)) is None
+    assert cancelled.token_ids == ids[:32] and cancelled.forwards == 2
+    with pytest.raises(ValueError, match="chunk"):
+        cancelled.prefill(ids, chunk=0)
+
+
+@pytest.mark.parametrize(
+    "action, error, message",
+    [
+        (lambda c: c.append_span([]), ValueError, "empty span"),
+        (lambda c: c.rollback(-1), ValueError, "cannot roll back"),
+        (lambda c: c.rollback(4), ValueError, "cannot roll back 4 of 3"),
+        (lambda c: c.append_span([100] * 1022), ValueError, "context is full"),
+    ],
+)
+def test_bad_calls__clear_errors_and_nothing_changes(llama: LlamaCppModel, ids: list[int], action, error, message) -> None:
+    cache = llama.new_cache()
+    cache.append_span(ids[:3])
+    with pytest.raises(error, match=message):
+        action(cache)
+    assert cache.length == 3 and cache.forwards == 1
+
+
+def test_a_new_cache_supersedes_the_old_one(llama: LlamaCppModel, ids: list[int]) -> None:
+    old = llama.new_cache()
+    old.append_span(ids[:4])
+    llama.new_cache()
+    with pytest.raises(RuntimeError, match="superseded"):
+        old.step(ids[4])
+    with pytest.raises(RuntimeError, match="superseded"):
+        old.rollback(1)
+
+
+def test_agrees_with_the_pytorch_runtime(llama: LlamaCppModel, ids: list[int]) -> None:
+    from backend.runtime.kv import SequenceCache
+    from backend.runtime.models import load_model
+
+    loaded = load_model("smollm2-135m", "cpu")
+    torch_logits = SequenceCache(loaded.model).append_span(ids)
+    llama_logits = llama.new_cache().append_span(ids)
+    assert int(torch_logits.argmax()) == int(llama_logits.argmax())
+    top_torch = set(torch_logits.topk(10).indices.tolist())
+    top_llama = set(llama_logits.topk(10).indices.tolist())
+    assert len(top_torch & top_llama) >= 7
+    # Q4_1 weights are the same numbers in both; llama.cpp rounds activations to 8 bits
+    assert float((torch_logits - llama_logits).abs().max()) < 2.0
+
+
+@pytest.mark.parametrize("n_lines", [1, 12, 1234])
+def test_item_grammar__llama_cpp_parses_it(n_lines: int) -> None:
+    from llama_cpp import LlamaGrammar
+
+    LlamaGrammar.from_string(item_gbnf(n_lines), verbose=False)
+    LlamaGrammar.from_string(second_number_gbnf(1, n_lines), verbose=False)
+
+
+def test_missing_gguf__model_unavailable() -> None:
+    from backend.runtime.models import ModelUnavailable
+
+    with pytest.raises(ModelUnavailable, match="no GGUF file"):
+        load_llamacpp("qwen2.5-1.5b")
