@@ -35,16 +35,33 @@ from backend.cli.common import UsageError, emit, format_table, read_text_file
 from backend.measure.replay import STRATEGIES
 
 
-def load_engine(name: str | None, *, limits: Any = None) -> Any:
-    """An EditEngine on the named model (default: models.yaml's default). UsageError if unavailable."""
-    from backend.runtime.engine import EditEngine, EditError, EditLimits
-    from backend.runtime.models import ModelUnavailable, default_model_name, load_model
+def load_engine(name: str | None, *, limits: Any = None, runtime: str = "torch", engine_url: str | None = None,
+                engine_kind: str | None = None) -> Any:
+    """An EditEngine on the named model (default: models.yaml's default) in `runtime`, or on a remote
+    server (engine_url + engine_kind; docs/DEPLOY.md). UsageError if unavailable."""
+    from backend.runtime.engine import EditError
+    from backend.runtime.models import ModelUnavailable
+    from backend.runtime.runtimes import open_engine
 
     try:
-        loaded = load_model(name or default_model_name())
-        return EditEngine(loaded, limits=limits or EditLimits())
-    except (ModelUnavailable, EditError) as error:
+        return open_engine(name, runtime=runtime, engine_url=engine_url, engine_kind=engine_kind, limits=limits)
+    except (ModelUnavailable, EditError, ValueError) as error:
         raise UsageError(str(error)) from None
+
+
+def _runtime_options(args: argparse.Namespace) -> dict[str, Any]:
+    return {"runtime": args.runtime, "engine_url": getattr(args, "engine_url", None),
+            "engine_kind": getattr(args, "engine_kind", None)}
+
+
+def _add_runtime_flags(parser: argparse.ArgumentParser, *, remote: bool) -> None:
+    from backend.runtime.remote_client import ENGINE_KINDS
+    from backend.runtime.runtimes import RUNTIMES
+
+    parser.add_argument("--runtime", choices=RUNTIMES, default="torch", help="in-process runtime (default torch)")
+    if remote:
+        parser.add_argument("--engine-url", default=None, metavar="URL", help="decode on a vLLM / SGLang / llama.cpp server")
+        parser.add_argument("--engine-kind", choices=ENGINE_KINDS, default=None, help="the server's kind, with --engine-url")
 
 
 def _round(value: Any) -> Any:
@@ -62,7 +79,7 @@ def cmd_edit(args: argparse.Namespace) -> int:
     mode = "reference" if target is not None else "model"
     from backend.runtime.request import CLI_LIMITS
 
-    engine = load_engine(args.model, limits=CLI_LIMITS)  # the app's rules: no empty input, no blank instruction
+    engine = load_engine(args.model, limits=CLI_LIMITS, **_runtime_options(args))  # the app's rules: no empty input, no blank instruction
     try:
         events = engine.run(
             source, args.instruction, strategy=args.strategy, mode=mode, target=target,
@@ -134,7 +151,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         except CorpusError as error:
             raise UsageError(str(error)) from None
         corpora.append((name, cases[: args.limit] if args.limit else cases))
-    engine = load_engine(args.model)
+    engine = load_engine(args.model, **_runtime_options(args))
     warm_up(engine)
     started = time.perf_counter()
     records: list[dict[str, Any]] = []
@@ -203,6 +220,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--top-p", type=float, default=1.0, metavar="P")
     p.add_argument("--seed", type=int, default=None, metavar="S")
     p.add_argument("--target", default=None, metavar="F", help="the desired result: reference mode")
+    _add_runtime_flags(p, remote=True)
     p.set_defaults(handler=cmd_edit)
 
     p = subparsers.add_parser("replay", help="reference replay of corpora: cad vs ar vs pld wall clock")
@@ -210,4 +228,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default=None, help="models.yaml entry (default: the embedded SmolLM2)")
     p.add_argument("--limit", type=int, default=None, metavar="K", help="first K cases of each corpus")
     p.add_argument("--data-dir", default=None, metavar="D", help="where named corpora live (default ../shared/data)")
+    _add_runtime_flags(p, remote=False)
     p.set_defaults(handler=cmd_replay)

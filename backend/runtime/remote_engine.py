@@ -26,26 +26,31 @@ from backend.runtime.remote_client import Completion, CompletionsClient, RemoteE
 REMOTE_STRATEGIES = ("cad", "ar")
 
 
-@dataclass(frozen=True)
+@dataclass
 class RemoteModel:
-    """What the app shows about a remote model (the LoadedModel fields it reads)."""
+    """The ModelHandle fields the app and the commands read, for a model served elsewhere. It has
+    no cache here (`new_cache` raises): the server keeps the KV cache."""
 
     spec: ModelSpec
     url: str
     kind: str
     tokenizer: Any = None           # a TextTokenizer of the model's vocabulary (counts only)
     weights_label: str = "real"
-    dtype: str = "served"
+    dtype: Any = "served"
     eos_ids: tuple[int, ...] = ()
     load_seconds: float = 0.0
+    device: Any = ""
+    vocab_size: int = 0             # unknown here: the server owns the logits
+
+    def __post_init__(self) -> None:
+        self.device = self.device or f"{self.kind} at {self.url}"
 
     @property
     def name(self) -> str:
         return self.spec.name
 
-    @property
-    def device(self) -> str:
-        return f"{self.kind} at {self.url}"
+    def new_cache(self) -> Any:
+        raise RemoteError("a remote engine keeps the KV cache on the server: nothing to decode here")
 
 
 def _counter_for(spec: ModelSpec) -> Any:
