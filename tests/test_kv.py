@@ -1,15 +1,13 @@
-"""SequenceCache (the copy primitive), TextContext (boundary-safe text) and sample_token."""
+"""SequenceCache (the copy primitive, its GrowingLayer buffers, chunked prefill) and sample_token."""
 
 from __future__ import annotations
 
-import random
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
 
-from backend.runtime.kv import SequenceCache, TextContext
+from backend.runtime.kv import SequenceCache
 from backend.runtime.sampling import make_generator, sample_token
 
 CODE = '''def add(a, b):
@@ -117,111 +115,95 @@ def test_cache_keyword_follows_the_forward_signature(tiny_model):
         assert torch.equal(new.step(ids[15]), old.step(ids[15]))
 
 
-# -- TextContext ------------------------------------------------------------------------------
+def plain_dynamic_cache(model):
+    """A SequenceCache on transformers' own DynamicLayer (torch.cat per append): the reference."""
+    from transformers import DynamicCache
+
+    cache = SequenceCache(model)
+    cache._cache = DynamicCache(config=model.config)
+    return cache
 
 
-@pytest.mark.parametrize(
-    "pieces__merges",
-    [
-        (["def f():\n", "    return 1\n"], True),     # "\n" + "    " -> "\n   " + " return"
-        (["a", "b"], True),                          # "ab" is one token
-        (["print(1)", ")"], True),                   # "))"
-        (["x = 1\n", "y = 2\n"], False),
-        (["foo", "bar"], False),
-    ],
-)
-def test_join_table(tiny_model, pieces__merges):
-    pieces, merges = pieces__merges
-    ctx = TextContext(tiny_model.tokenizer, SequenceCache(tiny_model.model))
-    for piece in pieces:
-        ctx.append_text(piece)
-    assert ctx.token_ids == ids_of(tiny_model, "".join(pieces))
-    assert ctx.joins == len(pieces) - 1
-    assert ctx.boundary_retokenized == int(merges)
-    assert ctx.forwards == len(pieces)  # one forward per append_text
+@pytest.mark.parametrize("which", ["tiny_model", "smol_model"])
+def test_growing_layer_equals_transformers_dynamic_layer(request, which):
+    from backend.runtime.kv_layer import GrowingLayer
 
-
-def test_text_context_equals_one_canonical_prefill(tiny_model):
-    # copies (append_text) interleaved with model-chosen tokens (step / append_tokens)
-    tok = tiny_model.tokenizer
-    segments = [
-        ("text", "def add(a, b):\n"),
-        ("text", '    """Add two numbers."""\n'),
-        ("text", "    return a + b\n\n\n"),
-        ("step", ids_of(tiny_model, "class")[0]),
-        ("text", " Point:\n    def"),
-        ("text", " __init__(self, x, y):\n"),
-        ("tokens", ids_of(tiny_model, "        self.x = x")),
-        ("text", "\n"),
-        ("text", "        self.y = y\n"),
-        ("text", "\n"),
-        ("text", "    def norm(self):\n        return (self.x ** 2"),
-        ("step", ids_of(tiny_model, " +")[0]),
-        ("text", " self.y ** 2) ** 0.5\n"),
-    ]
-    ctx = TextContext(tok, SequenceCache(tiny_model.model), window_tokens=4)
-    expected: list[int] = []
-    run = ""
-    for kind, value in segments:
-        if kind == "text":
-            logits = ctx.append_text(value)
-            run += value
+    loaded = request.getfixturevalue(which)
+    ids = (ids_of(loaded, CODE) * 12)[:700]  # crosses the first buffer capacity (256) twice
+    ours, theirs = SequenceCache(loaded.model), plain_dynamic_cache(loaded.model)
+    assert all(type(layer) is GrowingLayer for layer in ours._cache.layers)
+    assert not any(isinstance(layer, GrowingLayer) for layer in theirs._cache.layers)
+    script = [("span", ids[:200]), ("step", ids[200]), ("span", ids[201:300]), ("back", 40),
+              ("all", ids[260:270]), ("span", ids[270:600]), ("back", 333), ("step", ids[267])]
+    for op, arg in script:
+        if op == "back":
+            ours.rollback(arg)
+            theirs.rollback(arg)
             continue
-        expected += ids_of(tiny_model, run) if run else []
-        run = ""
-        expected += [value] if kind == "step" else value
-        logits = ctx.step(value) if kind == "step" else ctx.append_tokens(value)
-    expected += ids_of(tiny_model, run)
-    assert ctx.token_ids == expected
-    assert ctx.boundary_retokenized >= 2  # "\n" + "    ...", "\n\n\n"-style merges happen here
-    assert (logits - one_prefill(tiny_model, expected)).abs().max().item() < 1e-4
+        call = {"span": "append_span", "step": "step", "all": "append_span_all"}[op]
+        a, b = getattr(ours, call)(arg), getattr(theirs, call)(arg)
+        assert (a - b).abs().max().item() < 1e-4, (op, len(ours.token_ids))
+        assert int(a.argmax(-1).sum()) == int(b.argmax(-1).sum())
+    assert ours._cache.get_seq_length() == theirs._cache.get_seq_length() == ours.length == 268
+    layer = ours._cache.layers[0]
+    assert layer.keys.shape == theirs._cache.layers[0].keys.shape
+    assert layer._key_buffer.shape[-2] >= 600  # grew, and crop kept the buffer
 
 
-def test_text_context_random_cuts_are_canonical(tiny_model):
-    # property: any cutting of real code into append_text calls gives tokenizer(whole text)
-    sources = [CODE, Path(__file__).read_text(encoding="utf-8"),
-               "naïve café — 日本語 🙂 emoji\r\n\ttabs\t\tand  spaces   \n\n\n"]
-    rng = random.Random(7)
-    for trial in range(60):
-        source = rng.choice(sources)
-        start = rng.randrange(0, max(1, len(source) - 400))
-        text = source[start:start + rng.randrange(20, 400)]
-        cuts = sorted(set(rng.randrange(1, len(text)) for _ in range(rng.randrange(1, 10))))
-        pieces = [text[i:j] for i, j in zip([0] + cuts, cuts + [len(text)])]
-        ctx = TextContext(tiny_model.tokenizer, SequenceCache(tiny_model.model), window_tokens=rng.choice([1, 4, 8]))
-        for piece in pieces:
-            ctx.append_text(piece)
-        assert ctx.token_ids == ids_of(tiny_model, text), (trial, pieces)
-        assert ctx.tail_text == text
+class SetAfter:
+    """A cancel flag that becomes set after `n` checks (is_set() calls)."""
+
+    def __init__(self, n):
+        self.n, self.checks = n, 0
+
+    def is_set(self):
+        self.checks += 1
+        return self.checks > self.n
 
 
-def test_text_context_on_smollm2(smol_model):
-    lines = CODE.splitlines(keepends=True)
-    pieces = ["".join(lines[0:3]), "".join(lines[3:6]), "".join(lines[6:9]), "".join(lines[9:])]
-    prompt = ids_of(smol_model, "<|im_start|>user\nCopy this:<|im_end|>\n<|im_start|>assistant\n")
-    ctx = TextContext(smol_model.tokenizer, SequenceCache(smol_model.model))
-    ctx.append_tokens(prompt)
-    for piece in pieces:
-        logits = ctx.append_text(piece)
-    expected = prompt + ids_of(smol_model, CODE)
-    assert ctx.token_ids == expected
-    assert ctx.boundary_retokenized >= 1
-    assert (logits - one_prefill(smol_model, expected)).abs().max().item() < 1e-4
+def test_prefill_in_chunks_equals_one_forward(tiny_model):
+    ids = ids_of(tiny_model, CODE)[:70]
+    whole = SequenceCache(tiny_model.model)
+    expected = whole.append_span(ids)
+    chunked = SequenceCache(tiny_model.model)
+    got = chunked.prefill(ids, chunk=16)
+    assert torch.allclose(got, expected, atol=1e-4, rtol=0)
+    assert chunked.forwards == 5 and chunked.token_ids == ids  # ceil(70 / 16) forwards
+    assert torch.allclose(chunked.step(ids[0]), whole.step(ids[0]), atol=1e-4, rtol=0)
+    single = SequenceCache(tiny_model.model)
+    assert torch.allclose(single.prefill(ids, chunk=500), expected, atol=1e-5, rtol=0) and single.forwards == 1
 
 
-def test_text_context_rollback_freezes_the_tail(tiny_model):
-    ctx = TextContext(tiny_model.tokenizer, SequenceCache(tiny_model.model))
-    ctx.append_text("def f():\n")
-    ctx.rollback(1)
-    assert ctx.tail_text == ""
-    kept = list(ctx.token_ids)
-    ctx.append_text("    x")
-    assert ctx.token_ids[: len(kept)] == kept
-    with pytest.raises(ValueError):
-        ctx.append_text("")
+def test_prefill_cancel_keeps_the_chunks_done(tiny_model):
+    ids = ids_of(tiny_model, CODE)[:70]
+    cache = SequenceCache(tiny_model.model)
+    flag = SetAfter(2)
+    assert cache.prefill(ids, chunk=16, cancel=flag) is None
+    assert cache.length == 32 and cache.forwards == 2 and cache.token_ids == ids[:32]
+    assert cache._cache.get_seq_length() == 32
+    # the cache goes on from there as if those chunks were appended normally
+    rest = cache.append_span(ids[32:])
+    assert torch.allclose(rest, one_prefill(tiny_model, ids), atol=1e-4, rtol=0)
+    untouched = SequenceCache(tiny_model.model)
+    assert untouched.prefill(ids, chunk=16, cancel=SetAfter(0)) is None and untouched.length == 0
 
 
-# -- sample_token -----------------------------------------------------------------------------
+def test_step_seconds_times_every_one_token_forward(tiny_model):
+    cache = SequenceCache(tiny_model.model)
+    cache.append_span([5, 6, 7])
+    cache.step(8)
+    cache.append_span_all([9, 10])
+    cache.append_span([11])  # one token is a decode step however it is appended
+    cache.step(12)
+    assert len(cache.step_seconds) == 3 and all(0 < s < 60 for s in cache.step_seconds)
+
+
+def test_prefill_rejects(tiny_model):
+    cache = SequenceCache(tiny_model.model)
+    for ids, chunk in (([], 8), ([1, 2], 0)):
+        with pytest.raises(ValueError):
+            cache.prefill(ids, chunk=chunk)
+    assert cache.length == 0 and cache.forwards == 0
 
 
 def test_sample_token():

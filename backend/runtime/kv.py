@@ -7,10 +7,16 @@ under `torch.inference_mode`, and is counted in `.forwards`:
     step(t)              # ids: [1, 1]  -> logits [V]     one decode step
     append_span(ts)      # ids: [1, N]  -> logits [V]     one forward, last position (the copy kernel)
     append_span_all(ts)  # ids: [1, N]  -> logits [N, V]  one forward, every position (draft check)
+    prefill(ts, chunk=C, cancel=E)  # ceil(N/C) forwards of [1, <=C]; None when E was set between them
     rollback(k)          # cache.crop(-k): drop the last k positions
+    step_seconds         # wall seconds of every one-token forward: a run's own decode-step time
 
-`TextContext` puts text on top: `append_text` keeps the text it appends tokenised the way the
-tokenizer would tokenise it whole, by re-tokenising a small window across each join (see there).
+Where a decode step's time goes (SmolLM2-135M, fp32, 1 thread, 512-token context, profiled under
+load): ~85% in `aten::mm` (the GEMVs read all 540 MB of fp32 weights each step: the step is
+memory-bound), ~5% `aten::cat` (transformers' DynamicLayer copies the whole K/V of every layer on
+every step, O(context)), ~3% attention, the rest small ops; Python outside the forward < 1 ms.
+So each layer's K/V lives in a `GrowingLayer` buffer with spare room: appending writes in place
+and crop only moves the length (no copy), which removes the O(context) per-step cat.
 
 Runs on transformers 5.24 (`cache=`) and 5.17 (`past_key_values=`): the keyword is chosen once
 from the model's forward signature.
@@ -19,7 +25,8 @@ from the model's forward signature.
 from __future__ import annotations
 
 import inspect
-from typing import Any, Sequence
+import time
+from typing import Any, Protocol, Sequence
 
 import torch
 
@@ -30,12 +37,27 @@ def _cache_keyword(model: Any) -> str:
 
 
 def _new_dynamic_cache(model: Any) -> Any:
+    """A DynamicCache whose full-attention layers are GrowingLayers (sliding/other layers kept)."""
     from transformers import DynamicCache
 
     try:
-        return DynamicCache(config=model.config)
+        cache = DynamicCache(config=model.config)
     except TypeError:  # older signatures
-        return DynamicCache()
+        cache = DynamicCache()
+    try:
+        from backend.runtime.kv_layer import DynamicLayer, GrowingLayer
+    except ImportError:  # a transformers without cache layers: keep its own cache
+        return cache
+    layers = getattr(cache, "layers", None)
+    if layers:
+        cache.layers = [GrowingLayer() if type(layer) is DynamicLayer else layer for layer in layers]
+    elif getattr(cache, "layer_class_to_replicate", None) is DynamicLayer:  # layers made lazily
+        cache.layer_class_to_replicate = GrowingLayer
+    return cache
+
+
+class _CancelFlag(Protocol):
+    def is_set(self) -> bool: ...
 
 
 class SequenceCache:
@@ -52,6 +74,7 @@ class SequenceCache:
         self._cache = _new_dynamic_cache(model)
         self.token_ids: list[int] = []
         self.forwards = 0
+        self.step_seconds: list[float] = []  # wall seconds of each one-token forward, in order
 
     @property
     def length(self) -> int:
@@ -63,6 +86,7 @@ class SequenceCache:
         if not ids:
             raise ValueError("empty span: nothing to append")
         start = self.length
+        started = time.perf_counter()
         input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
         position_ids = torch.arange(start, start + len(ids), dtype=torch.long, device=self.device).unsqueeze(0)
         with torch.inference_mode():
@@ -74,6 +98,10 @@ class SequenceCache:
                 **{self._keyword: self._cache},
             )
             logits = out.logits[0, -keep:].float()
+        if len(ids) == 1:  # a decode step: its time feeds estimates made from the run's own steps
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)  # the caller's argmax would wait for it anyway
+            self.step_seconds.append(time.perf_counter() - started)
         self.forwards += 1
         self.token_ids.extend(ids)
         return logits
@@ -90,6 +118,26 @@ class SequenceCache:
         """Append N tokens in one forward; logits [N, V], row i predicting the token after token i."""
         return self._forward(token_ids, len(token_ids))
 
+    def prefill(self, token_ids: Sequence[int], *, chunk: int = 256,
+                cancel: _CancelFlag | None = None) -> torch.Tensor | None:
+        """Append N tokens in forwards of at most `chunk` tokens; the logits [V] after the last.
+
+        `cancel.is_set()` is checked before each chunk: once it is set, returns None and the cache
+        keeps the chunks already appended (so a cancel takes effect within one chunk's forward).
+        Rejects an empty span and chunk < 1 (ValueError).
+        """
+        ids = list(token_ids)
+        if chunk < 1:
+            raise ValueError(f"prefill chunk must be >= 1, got {chunk}")
+        if not ids:
+            raise ValueError("empty span: nothing to append")
+        logits = None
+        for start in range(0, len(ids), chunk):
+            if cancel is not None and cancel.is_set():
+                return None
+            logits = self._forward(ids[start : start + chunk], 1)[0]
+        return logits
+
     def rollback(self, k: int) -> None:
         """Drop the last k positions (k = 0 is a no-op)."""
         if k < 0 or k > self.length:
@@ -103,147 +151,3 @@ class SequenceCache:
     def truncate(self, length: int) -> None:
         """Roll back to `length` positions."""
         self.rollback(self.length - length)
-
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
-class TextContext:
-    """Text and model-chosen tokens over one SequenceCache, tokenised as the tokenizer would.
-
-    `append_text(text)` (copied text, prompts) keeps every run of text appended since the last
-    model-chosen token (the "tail") equal to `tokenizer(tail)`: tokens can merge across a join
-    ("\\n" + "\\n" -> "\\n\\n", "\\n" + "    x" -> "\\n   " + " x"), so it re-tokenises a window
-    that starts at a pre-token boundary at least `window_tokens` tokens before the join, rolls
-    back the tokens that changed and prefills the canonical ones in ONE forward.
-    `boundary_retokenized` counts the joins where tokenisation changed.
-
-    `append_tokens(ids)` / `step(id)` add model-chosen tokens: never re-tokenised; they end the tail.
-    Why a window and not the whole tail: encoding 8k characters takes ~8 ms here (2 busy cores).
-    """
-
-    def __init__(self, tokenizer: Any, cache: SequenceCache, *, window_tokens: int = 8) -> None:
-        self.tokenizer = tokenizer
-        self.cache = cache
-        self.window_tokens = max(1, window_tokens)
-        self.boundary_retokenized = 0  # joins where the tokens changed
-        self.joins = 0                 # append_text calls that continued a non-empty tail
-        self.retokenized_tokens = 0    # tokens rolled back and re-prefilled because of joins
-        self._tail_start = cache.length
-        self._tail_text = ""
-        backend = getattr(tokenizer, "backend_tokenizer", None)
-        self._pre_tokenizer = getattr(backend, "pre_tokenizer", None) if backend is not None else None
-
-    # -- state ------------------------------------------------------------------------------------
-    @property
-    def length(self) -> int:
-        return self.cache.length
-
-    @property
-    def token_ids(self) -> list[int]:
-        return self.cache.token_ids
-
-    @property
-    def forwards(self) -> int:
-        return self.cache.forwards
-
-    @property
-    def tail_text(self) -> str:
-        """Text appended since the last model-chosen token (tokenised canonically)."""
-        return self._tail_text
-
-    # -- tokenizer helpers ------------------------------------------------------------------------
-    def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
-
-    def _pretoken_starts(self, text: str) -> set[int] | None:
-        if self._pre_tokenizer is None:
-            return None
-        return {start for _, (start, _end) in self._pre_tokenizer.pre_tokenize_str(text)}
-
-    def _window_start(self, tail: list[int]) -> tuple[int, int]:
-        """(token index s in the tail, char index c in tail text): a clean cut before the join.
-
-        Clean: tail[s:] decodes to exactly tail_text[c:], c is a pre-token start (BPE never merges
-        across pre-tokens), and c is not inside the tail's last pre-token (only the last
-        pre-tokens can change when text is appended). Falls back to (0, 0): the whole tail.
-        """
-        text = self._tail_text
-        if self._pre_tokenizer is None or len(tail) <= self.window_tokens:
-            return 0, 0
-        look_back = 64  # chars of context before a cut, so the pre-tokenizer's regex is aligned there
-        last_start: int | None = None
-        for s in range(len(tail) - self.window_tokens, 0, -1):
-            piece = self.decode(tail[s:])
-            if not text.endswith(piece):  # the cut splits a character (byte-level tokens)
-                continue
-            c = len(text) - len(piece)
-            lo = max(0, c - look_back)
-            starts = self._pretoken_starts(text[lo:])
-            if last_start is None:
-                last_start = lo + max(starts) if starts else 0
-            if c - lo in starts and c <= last_start:
-                return s, c
-            if len(tail) - s > 8 * self.window_tokens:
-                break
-        return 0, 0
-
-    # -- appends ----------------------------------------------------------------------------------
-    def append_text(self, text: str) -> torch.Tensor:
-        """Append text, tokenised canonically with the tail before it; next-token logits [V]."""
-        if not text:
-            raise ValueError("append_text: empty text")
-        tail = self.cache.token_ids[self._tail_start:]
-        if not tail:
-            ids = self.encode(text)
-            logits = self.cache.append_span(ids)
-            self._tail_text = text
-            return logits
-        self.joins += 1
-        s, c = self._window_start(tail)
-        while True:
-            old = tail[s:]
-            new = self.encode(self._tail_text[c:] + text)
-            keep = _common_prefix(old, new)
-            if keep > 0 or s == 0:
-                break
-            s, c = 0, 0  # the window's first token changed: re-tokenise the whole tail instead
-        changed = len(old) - keep
-        if changed:
-            self.boundary_retokenized += 1
-            self.retokenized_tokens += changed
-            self.cache.rollback(changed)
-        logits = self.cache.append_span(new[keep:])
-        self._tail_text += text
-        return logits
-
-    def append_tokens(self, token_ids: Sequence[int]) -> torch.Tensor:
-        """Append model-chosen (or prompt) token ids as they are, in one forward; logits [V]."""
-        logits = self.cache.append_span(token_ids)
-        self._end_tail()
-        return logits
-
-    def step(self, token_id: int) -> torch.Tensor:
-        """Append one model-chosen token; logits [V]."""
-        logits = self.cache.step(token_id)
-        self._end_tail()
-        return logits
-
-    def rollback(self, k: int) -> None:
-        """Drop the last k tokens. Cutting into the tail freezes what is left of it."""
-        self.cache.rollback(k)
-        if k:
-            self._end_tail()
-
-    def _end_tail(self) -> None:
-        self._tail_start = self.cache.length
-        self._tail_text = ""
