@@ -1,0 +1,130 @@
+"""Prompt lookup's drafts, its settings sweep and its tuning (pure Python: no torch here).
+
+Prompt lookup (transformers' `prompt_lookup_num_tokens`) drafts the tokens that followed the last
+n-gram's earlier occurrence in prompt + output, and checks them in one forward. Its two knobs are
+the n-gram size (transformers' `max_ngram_size`, default 2) and the draft length
+(`num_pred_tokens`, default 10). A user would tune them, so the comparison here does too:
+
+    SWEEP                      n-gram 1-4 x draft 10, 16, 32, 64, 128 (20 settings)
+    reference_forward_sizes    the forwards (tokens each) a reference replay with one setting runs,
+                               counted without the model: acceptance depends on the target only
+    dev_split                  a deterministic dev / rest split of case ids (tune on dev, report rest)
+    fastest                    the setting with the least measured seconds
+
+Why simulate: in reference mode a draft is kept while it matches the target, so which forwards run
+is known before running any; a sweep of 20 settings then needs the model only for the few
+settings worth timing (see `backend.cli.bench_command`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Callable, Iterable, Mapping, Sequence
+
+
+@dataclass(frozen=True, order=True)
+class PromptLookupSetting:
+    ngram: int    # largest n-gram matched (then smaller ones, down to 1)
+    drafts: int   # most draft tokens checked per forward
+
+    @property
+    def label(self) -> str:
+        return f"{self.ngram}-gram/{self.drafts}"
+
+
+DEFAULT_SETTING = PromptLookupSetting(2, 10)  # transformers' defaults
+NGRAM_SIZES = (1, 2, 3, 4)
+DRAFT_LENGTHS = (10, 16, 32, 64, 128)
+SWEEP = tuple(PromptLookupSetting(n, k) for n in NGRAM_SIZES for k in DRAFT_LENGTHS)
+
+
+def parse_setting(text: str) -> PromptLookupSetting:
+    """'3-gram/64' or '3/64' -> PromptLookupSetting(3, 64); ValueError with the expected form."""
+    head, sep, tail = text.strip().partition("/")
+    head = head.removesuffix("-gram")
+    if not sep or not head.isdigit() or not tail.isdigit() or int(head) < 1 or int(tail) < 1:
+        raise ValueError(f"prompt lookup setting {text!r}: expected N-gram/K or N/K with positive N, K (e.g. 3-gram/64)")
+    return PromptLookupSetting(int(head), int(tail))
+
+
+def prompt_lookup_candidates(
+    ids: Sequence[int], *, max_ngram_size: int = 2, num_pred_tokens: int = 10, eos_ids: Sequence[int] = ()
+) -> list[int]:
+    """Drafts as transformers' PromptLookupCandidateGenerator.get_candidates (5.24) proposes them.
+
+    For n = max_ngram_size .. 1: find the first (left-to-right) earlier occurrence of the last n
+    tokens that has a continuation; propose up to num_pred_tokens tokens that followed it, cut
+    before the first EOS. [] when nothing matches. Rejects sizes <= 0 (ValueError).
+    """
+    if max_ngram_size <= 0 or num_pred_tokens <= 0:
+        raise ValueError("max_ngram_size and num_pred_tokens must be positive")
+    ids = list(ids)
+    n = len(ids)
+    for size in range(min(max_ngram_size, n - 1), 0, -1):
+        tail = ids[n - size:]
+        start = -1
+        while True:
+            try:  # a match starting at n - size has no continuation: search before it
+                start = ids.index(tail[0], start + 1, n - size)
+            except ValueError:
+                break
+            if ids[start:start + size] == tail:
+                chosen = ids[start + size:min(start + size + num_pred_tokens, n)]
+                for i, token in enumerate(chosen):
+                    if token in eos_ids:
+                        return chosen[:i]
+                return chosen
+    return []
+
+
+def reference_forward_sizes(
+    prompt_ids: Sequence[int], target_ids: Sequence[int], setting: PromptLookupSetting, *, eos_ids: Sequence[int] = ()
+) -> list[int]:
+    """Tokens in each forward that `baselines.replay_prompt_lookup` runs after the prompt prefill.
+
+    Mirrors its loop: the cache holds prompt + output[:-1]; each forward carries the pending last
+    output token plus the drafts (1 + k tokens) and keeps the drafts that match the target; the
+    replay ends with the forward after the last target token.
+    """
+    prompt, target = [int(t) for t in prompt_ids], [int(t) for t in target_ids]
+    if not target:
+        return []
+    sizes: list[int] = []
+    produced = 1  # the prefill's logits choose target[0]
+    while produced < len(target) + 1:
+        drafts = prompt_lookup_candidates(prompt + target[:produced], max_ngram_size=setting.ngram,
+                                          num_pred_tokens=setting.drafts, eos_ids=eos_ids)
+        hits = 0
+        for i, proposed in enumerate(drafts):
+            if produced + i >= len(target) or target[produced + i] != proposed:
+                break
+            hits += 1
+        sizes.append(1 + len(drafts))
+        produced += hits + 1
+    return sizes
+
+
+def predicted_seconds(sizes: Iterable[int], forward_seconds: Callable[[int], float]) -> float:
+    """Seconds of these forwards by a table of one forward's seconds per token count."""
+    return sum(forward_seconds(n) for n in sizes)
+
+
+def dev_split(case_ids: Sequence[str], *, dev_fraction: float = 1 / 3) -> tuple[list[str], list[str]]:
+    """(dev, rest): the ids whose SHA-1 ranks in the first `dev_fraction` form dev (at least one),
+    the others the rest (at least one when there are two or more ids). Same ids -> same split."""
+    if not 0 < dev_fraction < 1:
+        raise ValueError("dev_fraction must be between 0 and 1")
+    ranked = sorted(case_ids, key=lambda case_id: hashlib.sha1(case_id.encode("utf-8")).hexdigest())
+    size = max(1, round(len(ranked) * dev_fraction)) if ranked else 0
+    if len(ranked) >= 2:
+        size = min(size, len(ranked) - 1)
+    dev = set(ranked[:size])
+    return [c for c in case_ids if c in dev], [c for c in case_ids if c not in dev]
+
+
+def fastest(seconds: Mapping[PromptLookupSetting, float]) -> PromptLookupSetting:
+    """The setting with the least seconds (ties: the smaller n-gram, then fewer drafts)."""
+    if not seconds:
+        raise ValueError("no timed setting to choose from")
+    return min(seconds, key=lambda setting: (seconds[setting], setting))
