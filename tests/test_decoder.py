@@ -8,21 +8,34 @@ import threading
 import pytest
 import torch
 
-from backend.core.corpora import load_corpus
+from backend.data.corpora import load_corpus
 from backend.core.fsm import TokenFSM, TokenVocabulary
 from backend.core.lines import line_count
 from backend.core.oracle import oracle_program
 from backend.core.program import CopyLines, ProgramError, parse_program
 from backend.core.resolve import resolve_program
-from backend.runtime.decoder import Grammar, ProgramStream, decode_program, encode_text, grammar_for
+from backend.runtime.decoder import decode_program
+from backend.runtime.grammar import Grammar
+from backend.runtime.program_text import ProgramStream, encode_text
 from backend.runtime.prompt import reference_program
 from backend.tokenizers import TextTokenizer
 
 SOURCE = "def add(a, b):\n    total = a - b\n    return total\n\n\nprint(add(1, 2))\n"
 
 
+_GRAMMARS: dict[int, Grammar] = {}
+
+
+def grammar_for(loaded):
+    """One Grammar per tokenizer for this module's tests (as an engine keeps one per model)."""
+    key = id(loaded.tokenizer)
+    if key not in _GRAMMARS:
+        _GRAMMARS[key] = Grammar.for_model(loaded)
+    return _GRAMMARS[key]
+
+
 def run(loaded, source, instruction="Fix the bug.", **options):
-    events = list(decode_program(loaded, source, instruction, **options))
+    events = list(decode_program(loaded, source, instruction, grammar=grammar_for(loaded), **options))
     assert [e.kind for e in events].count("done") == 1 and events[-1].kind == "done"
     return events[:-1], events[-1].result
 

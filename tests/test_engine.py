@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from backend.core.corpora import load_corpus
+from backend.data.corpora import load_corpus
 from backend.core.program import parse_program
 from backend.core.resolve import resolve_program
 from backend.runtime.engine import EditEngine, EditError, EditLimits

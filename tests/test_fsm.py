@@ -124,6 +124,43 @@ def test_forced_text(fsm, n_lines, prefix, forced):
         assert fsm.forced_text(after) == ""
 
 
+# tokens read so far (15 lines), then: mode, copy_may_close, item_just_closed, open_gen_text
+prefix__mode__may_close__just_closed__gen_text = [
+    ([], "between", False, False, ""),
+    (["<"], "tag", False, False, ""),
+    (["<copy"], "tag", False, False, ""),
+    (["<copy", ' lines="'], "first", True, False, ""),
+    (["<copy", ' lines="', "1"], "first", True, False, ""),
+    (["<copy", ' lines="', "1", "-"], "last", True, False, ""),
+    (["<copy", ' lines="', "1", "-", "2", '"'], "tag", True, False, ""),
+    (["<copy", ' lines="', "1", "-", "2", '"/>'], "between", False, True, ""),
+    (["<copy", ' lines="', "1", "-", "2", '"/>', "\n"], "between", False, False, ""),
+    (["<gen>"], "gen", False, False, ""),
+    (["<gen>", "x", "gen"], "gen", False, False, "xgen"),
+    (["<gen>", "x", "</"], "gen", False, False, "x"),
+    (["<gen>", "x", "</", "gen"], "gen", False, False, "x"),
+    (["<gen>", "x", "</", "x"], "gen", False, False, "x</x"),
+    (["<gen>", "x", "</gen>"], "between", False, True, ""),
+    (["<|eos|>"], "end", False, False, ""),
+]
+
+
+@pytest.mark.parametrize("prefix, mode, may_close, just_closed, gen_text", prefix__mode__may_close__just_closed__gen_text)
+def test_public_questions_about_a_state(fsm, prefix, mode, may_close, just_closed, gen_text):
+    state, _ = walk(fsm, 15, prefix)
+    assert state.mode == mode
+    assert fsm.copy_may_close(state) is may_close
+    assert fsm.item_just_closed(state) is just_closed
+    assert fsm.open_gen_text(state) == gen_text
+
+
+def test_open_gen_text_holds_back_an_unfinished_character():
+    raw = [b"<gen>", b"\xc3", b"x", b""]
+    fsm = TokenFSM(TokenVocabulary(["<gen>", "\ufffd", "x", "<eos>"], 3, token_bytes=raw))
+    state = fsm.advance(fsm.advance(fsm.advance(fsm.start(2), 0).state, 2).state, 1).state
+    assert fsm.open_gen_text(state) == "x"  # the lone lead byte of a 2-byte character is not text yet
+
+
 def test_forced_text_with_a_one_line_input_copies_the_whole_tag(fsm):
     state = fsm.advance_text(fsm.start(1), "<c").state
     forced = fsm.forced_text(state)

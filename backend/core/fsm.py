@@ -14,7 +14,8 @@ what to do with it). `<copy tokens=...>` is not offered: the decoder emits line 
 Layers (imports only the standard library):
 - a character automaton over small immutable "cores" (`_step`, `_next_chars`);
 - `TokenVocabulary`: token texts sorted for prefix search, built once per tokenizer;
-- `TokenFSM` (sglang-like): `start`, `allowed`, `advance`, `is_complete`, `forced_text`.
+- `TokenFSM` (sglang-like): `start`, `allowed`, `advance`, `is_complete`, `forced_text`, and the
+  questions a decoder asks of a state: `copy_may_close`, `item_just_closed`, `open_gen_text`.
 
 How a mask is found. Outside gen text a state accepts only a few characters, so the tokens it
 allows are found by a depth-first search over the sorted token texts: each step extends a
@@ -35,10 +36,11 @@ gen text is accumulated as bytes, so a character split across tokens comes out e
 
 from __future__ import annotations
 
+import codecs
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 from backend.core.program import CopyLines, Gen
 
@@ -48,20 +50,23 @@ COPY_CLOSE = '"/>'
 GEN_CLOSE = "</gen>"
 _DIGITS = "0123456789"
 
-# Modes of a core (the mask-relevant part of a state), as its first element:
-#   ("B", newline_ok)              between items; EOS allowed
-#   ("T", lit, I, J)               inside a tag literal; lit = text matched so far of COPY_OPEN,
-#                                  GEN_OPEN or COPY_CLOSE (I, J carried to the closing '>')
-#   ("I", digits)                  first line number
-#   ("J", digits, I)               last line number
-#   ("G", partial, has_text)       gen TEXT; partial = length of the trailing prefix of '</gen>',
-#                                  has_text = some text precedes that prefix
-#   ("E",)                         after EOS
+# The grammar position ("core") is a small tuple whose first element names the mode. Tuples, not
+# classes: `_step` builds one per character while masks are searched (~0.1 s per vocabulary).
+BETWEEN = "between"   # (BETWEEN, newline_ok)        between items; EOS allowed; newline_ok: an item
+                      #                              just ended and its optional "\n" is not read yet
+IN_TAG = "tag"        # (IN_TAG, lit, I, J)          inside a tag literal; lit = text matched so far of
+                      #                              COPY_OPEN, GEN_OPEN or COPY_CLOSE (I, J carried to '>')
+FIRST_LINE = "first"  # (FIRST_LINE, digits)         the copy's first line number
+LAST_LINE = "last"    # (LAST_LINE, digits, I)       the copy's last line number
+IN_GEN = "gen"        # (IN_GEN, partial, has_text)  gen TEXT; partial = length of the trailing prefix of
+                      #                              '</gen>', has_text = some text precedes that prefix
+ENDED = "end"         # (ENDED,)                     after EOS
+
 _ANY = object()  # _next_chars: every character (gen TEXT)
 _NEED_N = object()  # _next_chars / _step: the line count is needed and unknown
-_PER_N = object()  # TokenFSM._cache: this key's mask also depends on the line count
 
-Core = tuple
+Core = tuple[Any, ...]
+Key = tuple[Any, ...]  # a mask cache key
 
 
 def _extendable(digits: str, low: int, high: int) -> bool:
@@ -77,86 +82,86 @@ def _extendable(digits: str, low: int, high: int) -> bool:
     return False
 
 
-def _step(core: Core, ch: str, n: Optional[int], has_lines: bool):
+def _step(core: Core, ch: str, n: Optional[int], has_lines: bool) -> Any:
     """The core after reading `ch`, None when `ch` is not allowed, or _NEED_N when reading it
     needs the line count and `n` is None. Changes nothing."""
     mode = core[0]
-    if mode == "G":
+    if mode == IN_GEN:
         partial, has_text = core[1], core[2]
         if partial == 5:
             if ch == ">":
-                return ("B", True) if has_text else None
-            return ("G", 1, True) if ch == "<" else ("G", 0, True)
+                return (BETWEEN, True) if has_text else None
+            return (IN_GEN, 1, True) if ch == "<" else (IN_GEN, 0, True)
         if ch == GEN_CLOSE[partial]:
-            return ("G", partial + 1, has_text)
+            return (IN_GEN, partial + 1, has_text)
         if ch == "<":
-            return ("G", 1, has_text or partial > 0)
-        return ("G", 0, True)
-    if mode == "B":
+            return (IN_GEN, 1, has_text or partial > 0)
+        return (IN_GEN, 0, True)
+    if mode == BETWEEN:
         if ch == "<":
-            return ("T", "<", 0, 0)
+            return (IN_TAG, "<", 0, 0)
         if ch == "\n" and core[1]:
-            return ("B", False)
+            return (BETWEEN, False)
         return None
-    if mode == "T":
+    if mode == IN_TAG:
         lit = core[1]
         if lit == "<":
             if ch == "g":
-                return ("T", "<g", 0, 0)
+                return (IN_TAG, "<g", 0, 0)
             if ch == "c" and has_lines:
-                return ("T", "<c", 0, 0)
+                return (IN_TAG, "<c", 0, 0)
             return None
         target = COPY_CLOSE if lit[0] == '"' else (COPY_OPEN if lit[1] == "c" else GEN_OPEN)
         if ch != target[len(lit)]:
             return None
         lit += ch
         if len(lit) < len(target):
-            return ("T", lit, core[2], core[3])
+            return (IN_TAG, lit, core[2], core[3])
         if target is COPY_OPEN:
-            return ("I", "")
+            return (FIRST_LINE, "")
         if target is GEN_OPEN:
-            return ("G", 0, False)
-        return ("B", True)
-    if mode == "I" or mode == "J":
-        if n is None:  # only reachable as ("I", ""): a digit needs n, nothing else is allowed
+            return (IN_GEN, 0, False)
+        return (BETWEEN, True)
+    if mode == FIRST_LINE or mode == LAST_LINE:
+        if n is None:  # only reachable as (FIRST_LINE, ""): a digit needs n, nothing else is allowed
             return _NEED_N if "0" <= ch <= "9" else None
         digits = core[1]
-        low = 1 if mode == "I" else core[2]
+        low = 1 if mode == FIRST_LINE else core[2]
         if "0" <= ch <= "9":
             if _extendable(digits + ch, low, n):
-                return (mode, digits + ch) if mode == "I" else ("J", digits + ch, low)
+                return (mode, digits + ch) if mode == FIRST_LINE else (LAST_LINE, digits + ch, low)
             return None
         if not digits or not (low <= int(digits) <= n):
             return None
-        if mode == "I" and ch == "-":
-            return ("J", "", int(digits))
-        if mode == "J" and ch == '"':
-            return ("T", '"', low, int(digits))
+        if mode == FIRST_LINE and ch == "-":
+            return (LAST_LINE, "", int(digits))
+        if mode == LAST_LINE and ch == '"':
+            return (IN_TAG, '"', low, int(digits))
         return None
     return None
 
 
-def _next_chars(core: Core, n: Optional[int], has_lines: bool):
+def _next_chars(core: Core, n: Optional[int], has_lines: bool) -> Any:
     """The characters `_step` accepts from `core`: a string, _ANY (gen TEXT), or _NEED_N."""
     mode = core[0]
-    if mode == "G":
+    if mode == IN_GEN:
         return _ANY
-    if mode == "B":
+    if mode == BETWEEN:
         return "<\n" if core[1] else "<"
-    if mode == "T":
+    if mode == IN_TAG:
         lit = core[1]
         if lit == "<":
             return "cg" if has_lines else "g"
         target = COPY_CLOSE if lit[0] == '"' else (COPY_OPEN if lit[1] == "c" else GEN_OPEN)
         return target[len(lit)]
-    if mode == "I" or mode == "J":
+    if mode == FIRST_LINE or mode == LAST_LINE:
         if n is None:
             return _NEED_N
         return "".join(ch for ch in _DIGITS + '-"' if _step(core, ch, n, has_lines) is not None)
     return ""
 
 
-def _walk(core: Core, text: str, n: Optional[int], has_lines: bool):
+def _walk(core: Core, text: str, n: Optional[int], has_lines: bool) -> Any:
     """`_step` over every character of `text`: the final core, None, or _NEED_N."""
     for ch in text:
         core = _step(core, ch, n, has_lines)
@@ -180,11 +185,10 @@ class FSMState:
 
     @property
     def mode(self) -> str:
-        """'between', 'tag', 'first', 'last', 'gen' or 'end'."""
-        return _MODE_NAMES[self.core[0]]
-
-
-_MODE_NAMES = {"B": "between", "T": "tag", "I": "first", "J": "last", "G": "gen", "E": "end"}
+        """BETWEEN, IN_TAG, FIRST_LINE, LAST_LINE, IN_GEN or ENDED: 'between', 'tag', 'first',
+        'last', 'gen' or 'end'."""
+        mode: str = self.core[0]
+        return mode
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +198,9 @@ class AllowedTokens:
 
     key: int
     ids: tuple[int, ...]
+
+
+_PER_N = AllowedTokens(-1, ())  # TokenFSM._cache: this key's mask also depends on the line count
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,11 +273,11 @@ class TokenFSM:
         self.vocabulary = vocabulary
         self._registry: dict[tuple[int, ...], AllowedTokens] = {}
         # mask key -> AllowedTokens, or _PER_N when the mask also depends on the line count
-        self._cache: dict[tuple, object] = {}
-        self._per_n: dict[tuple, AllowedTokens] = {}
+        self._cache: dict[Key, AllowedTokens] = {}
+        self._per_n: dict[Key, AllowedTokens] = {}
         # states outside line numbers: (lit or core, has_lines) -> (mask, ids whose walk needs
         # the line count). Per vocabulary: at most 48 keys, kept by clear_state_cache.
-        self._generic: dict[tuple, tuple[AllowedTokens, tuple[int, ...]]] = {}
+        self._generic: dict[Key, tuple[AllowedTokens, tuple[int, ...]]] = {}
 
     # -- public API -------------------------------------------------------------------------
 
@@ -280,20 +287,39 @@ class TokenFSM:
         Rejects a negative or non-int n_lines (ValueError)."""
         if not isinstance(n_lines, int) or isinstance(n_lines, bool) or n_lines < 0:
             raise ValueError(f"n_lines must be an int >= 0, got {n_lines!r}")
-        return FSMState(("B", False), n_lines)
+        return FSMState((BETWEEN, False), n_lines)
 
     def is_complete(self, state: FSMState) -> bool:
         """Whether the program so far is complete (EOS allowed, or EOS already read)."""
-        return state.core[0] in ("B", "E")
+        return state.core[0] in (BETWEEN, ENDED)
+
+    def copy_may_close(self, state: FSMState) -> bool:
+        """Whether a token read from `state` may complete a copy tag: inside the copy's line
+        numbers or its closing '"/>'. Changes nothing."""
+        core = state.core
+        return core[0] in (FIRST_LINE, LAST_LINE) or (core[0] == IN_TAG and core[1][:1] == '"')
+
+    def item_just_closed(self, state: FSMState) -> bool:
+        """Whether `state` is right after an item's closing '>', before its optional newline."""
+        return state.core == (BETWEEN, True)
+
+    def open_gen_text(self, state: FSMState) -> str:
+        """The certain text of the open gen ('' outside a gen): its bytes so far minus a trailing
+        prefix of '</gen' and any unfinished character. Changes nothing."""
+        if state.core[0] != IN_GEN:
+            return ""
+        partial = state.core[1]
+        body = state.body[: len(state.body) - partial] if partial else state.body
+        return codecs.getincrementaldecoder("utf-8")(errors="replace").decode(body, final=False)
 
     def allowed(self, state: FSMState) -> AllowedTokens:
         """The tokens allowed next (EOS included when the program is complete). Never empty
         except after EOS, given a vocabulary that spells every single character. Cached per key."""
         core = state.core
         mode = core[0]
-        if mode == "I" or mode == "J":
-            key: tuple = (core, state.n_lines)
-        elif mode == "T":
+        if mode == FIRST_LINE or mode == LAST_LINE:
+            key: Key = (core, state.n_lines)
+        elif mode == IN_TAG:
             key = (core[1], state.n_lines > 0)  # I, J carried in the core do not change the mask
         else:
             key = (core, state.n_lines > 0)
@@ -319,9 +345,9 @@ class TokenFSM:
         vocabulary = self.vocabulary
         core, n = state.core, state.n_lines
         if token_id == vocabulary.eos_id:
-            if core[0] != "B":
+            if core[0] != BETWEEN:
                 raise ValueError(f"EOS not allowed in state {state.mode!r}: the program is open")
-            return Step(FSMState(("E",), n), (), ())
+            return Step(FSMState((ENDED,), n), (), ())
         if not 0 <= token_id < len(vocabulary.texts):
             raise ValueError(f"token id {token_id} outside the vocabulary")
         text = vocabulary.texts[token_id]
@@ -341,10 +367,10 @@ class TokenFSM:
         last digit of J == n_lines it is '"/>'."""
         core, n = state.core, state.n_lines
         has_lines = n > 0
-        forced = []
+        forced: list[str] = []
         while True:
             chars = _next_chars(core, n, has_lines)
-            if chars is _ANY or core[0] in ("B", "E") or len(chars) != 1:
+            if chars is _ANY or core[0] in (BETWEEN, ENDED) or len(chars) != 1:
                 return "".join(forced)
             forced.append(chars)
             core = _step(core, chars, n, has_lines)
@@ -355,9 +381,9 @@ class TokenFSM:
         literals = [COPY_OPEN[:i] for i in range(1, len(COPY_OPEN))]
         literals += [GEN_OPEN[:i] for i in range(2, len(GEN_OPEN))]
         literals += [COPY_CLOSE[:i] for i in range(1, len(COPY_CLOSE))]
-        cores: list[Core] = [("B", False), ("B", True)]
-        cores += [("T", lit, 0, 0) for lit in literals]
-        cores += [("G", partial, has_text) for partial in range(6) for has_text in (False, True)]
+        cores: list[Core] = [(BETWEEN, False), (BETWEEN, True)]
+        cores += [(IN_TAG, lit, 0, 0) for lit in literals]
+        cores += [(IN_GEN, partial, has_text) for partial in range(6) for has_text in (False, True)]
         for has_lines in (False, True):
             for core in cores:
                 self._generic_mask(core, has_lines)
@@ -384,8 +410,8 @@ class TokenFSM:
             if core is None or core is _NEED_N:
                 what = f"token {token_id} ({text!r})" if token_id is not None else repr(text)
                 raise ValueError(f"{what} not allowed at char {index} in state {state.mode!r}")
-            if before[0] == "G":
-                if core[0] == "G":
+            if before[0] == IN_GEN:
+                if core[0] == IN_GEN:
                     kinds.append("gen")
                     if gen_runs and gen_runs[-1][1] == index:
                         gen_runs[-1][1] = index + 1
@@ -398,7 +424,7 @@ class TokenFSM:
                     events.append((index, index))
             else:
                 kinds.append("tag")
-                if before[0] == "T" and core[0] == "B":
+                if before[0] == IN_TAG and core[0] == BETWEEN:
                     events.append((index, (before[2], before[3])))
         # Gen bytes: each run of gen chars appended to the body; a closing '>' ends the body.
         body = state.body
@@ -417,7 +443,7 @@ class TokenFSM:
         while pending_run is not None:
             body += self._run_bytes(text, raw, pending_run)
             pending_run = next(run_iter, None)
-        if core[0] != "G":
+        if core[0] != IN_GEN:
             body = b""
         pieces: list[tuple[str, str]] = []
         start = 0
@@ -451,9 +477,9 @@ class TokenFSM:
         core, n = state.core, state.n_lines
         has_lines = n > 0
         mode = core[0]
-        if mode == "E":
+        if mode == ENDED:
             return self._register(()), False
-        if mode == "I" or mode == "J":
+        if mode == FIRST_LINE or mode == LAST_LINE:
             found, _ = self._search(core, n, has_lines)
             return self._register(tuple(sorted(found))), False
         sure, needs_n = self._generic_mask(core, has_lines)
@@ -466,12 +492,12 @@ class TokenFSM:
     def _generic_mask(self, core: Core, has_lines: bool) -> tuple[AllowedTokens, tuple[int, ...]]:
         """Mask of a state outside line numbers, without the line count: (allowed ids, ids whose
         walk needs the line count). Computed once per vocabulary (kept by clear_state_cache)."""
-        key = (core[1] if core[0] == "T" else core, has_lines)
+        key = (core[1] if core[0] == IN_TAG else core, has_lines)
         entry = self._generic.get(key)
         if entry is not None:
             return entry
         vocabulary = self.vocabulary
-        if core[0] == "G":
+        if core[0] == IN_GEN:
             found: list[int] = []
             needs_n: list[int] = []
             for text in vocabulary.gt_texts:
@@ -483,7 +509,7 @@ class TokenFSM:
             ids = tuple(sorted((*vocabulary.no_gt_ids, *found))) if found else vocabulary.no_gt_ids
         else:
             found, needs_n = self._search(core, None, has_lines)
-            if core[0] == "B":
+            if core[0] == BETWEEN:
                 found.append(vocabulary.eos_id)
             ids = tuple(sorted(found))
         entry = (self._register(ids), tuple(sorted(needs_n)))

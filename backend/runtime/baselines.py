@@ -25,7 +25,7 @@ import time
 from typing import Any, Callable, Iterator, Sequence
 
 from backend.runtime.events import DecodeEvent, DecodeMetrics, DecodeResult
-from backend.runtime.kv import SequenceCache
+from backend.runtime.handle import ModelHandle
 from backend.runtime.sampling import make_generator, sample_token
 
 # Choose the token at output position `index` from logits [V]; None = the target has ended.
@@ -92,7 +92,7 @@ class _Detokenizer:
 
 
 def _decode(
-    loaded: Any,
+    loaded: ModelHandle,
     prompt_ids: Sequence[int],
     *,
     strategy: str,
@@ -110,7 +110,7 @@ def _decode(
     if max_new_tokens is not None and max_new_tokens <= 0:
         raise ValueError("max_new_tokens must be positive")
     eos = set(int(t) for t in eos_ids)
-    cache = SequenceCache(loaded.model)
+    cache = loaded.new_cache()
     detok = _Detokenizer(loaded.tokenizer)
     output: list[int] = []
     drafted = accepted_drafts = 0
@@ -216,12 +216,12 @@ def _prompt_lookup(max_ngram_size: int, num_pred_tokens: int, eos_ids: Sequence[
     return drafter
 
 
-def _eos(loaded: Any, eos_ids: Sequence[int] | None) -> tuple[int, ...]:
+def _eos(loaded: ModelHandle, eos_ids: Sequence[int] | None) -> tuple[int, ...]:
     return tuple(loaded.eos_ids if eos_ids is None else eos_ids)
 
 
 def decode_plain(
-    loaded: Any,
+    loaded: ModelHandle,
     prompt_ids: Sequence[int],
     *,
     max_new_tokens: int,
@@ -239,7 +239,7 @@ def decode_plain(
 
 
 def decode_prompt_lookup(
-    loaded: Any,
+    loaded: ModelHandle,
     prompt_ids: Sequence[int],
     *,
     max_new_tokens: int,
@@ -264,7 +264,7 @@ def decode_prompt_lookup(
 
 
 def replay_plain(
-    loaded: Any, prompt_ids: Sequence[int], target_ids: Sequence[int], *, cancel: threading.Event | None = None
+    loaded: ModelHandle, prompt_ids: Sequence[int], target_ids: Sequence[int], *, cancel: threading.Event | None = None
 ) -> Iterator[DecodeEvent]:
     """The target forced through the model one token per forward (mode "reference")."""
     return _decode(
@@ -274,7 +274,7 @@ def replay_plain(
 
 
 def replay_prompt_lookup(
-    loaded: Any,
+    loaded: ModelHandle,
     prompt_ids: Sequence[int],
     target_ids: Sequence[int],
     *,
@@ -293,6 +293,6 @@ def replay_prompt_lookup(
 def run_to_result(events: Iterator[DecodeEvent]) -> DecodeResult:
     """Drain a strategy's events; its DecodeResult."""
     for event in events:
-        if event.kind == "done":
+        if event.kind == "done" and event.result is not None:
             return event.result
     raise RuntimeError("strategy ended without a done event")

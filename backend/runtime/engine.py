@@ -32,10 +32,11 @@ from typing import Any
 
 from backend.core.oracle import oracle_program
 from backend.runtime.baselines import decode_plain, decode_prompt_lookup, replay_plain, replay_prompt_lookup
-from backend.runtime.decoder import decode_program, encode_text, grammar_for
+from backend.runtime.decoder import decode_program, encode_text
 from backend.runtime.events import DecodeEvent, DecodeResult
-from backend.runtime.kv import SequenceCache
-from backend.runtime.prompt import plain_prompt_ids, program_prompt_ids, reference_program
+from backend.runtime.grammar import Grammar
+from backend.runtime.handle import ModelHandle
+from backend.runtime.prompt import plain_prompt_ids, program_prompt_ids, prompt_style, reference_program
 from backend.runtime.request import STRATEGIES, EditError, EditLimits, EditRequest, check_request
 
 __all__ = ["STRATEGIES", "EditEngine", "EditError", "EditLimits", "EditRequest", "PreparedEdit"]
@@ -54,14 +55,16 @@ class PreparedEdit:
 class EditEngine:
     """Runs edits on one loaded model. Thread-safe: runs are serialised by one lock."""
 
-    def __init__(self, loaded: Any, *, limits: EditLimits = EditLimits()) -> None:
-        if getattr(loaded, "tokenizer", None) is None:
-            raise EditError(f"model {getattr(loaded, 'name', '?')} has no tokenizer: it can time kernels only")
+    def __init__(self, loaded: ModelHandle, *, limits: EditLimits = EditLimits()) -> None:
+        if loaded.tokenizer is None:
+            raise EditError(f"model {loaded.name} has no tokenizer: it can time kernels only")
         self.loaded = loaded
         self.limits = limits
         self.lock = threading.Lock()
         self._step_seconds: float | None = None
         self._text_tokenizer: Any = None
+        self._grammar: Grammar | None = None
+        self._grammar_lock = threading.Lock()
 
     @property
     def name(self) -> str:
@@ -70,6 +73,14 @@ class EditEngine:
     @property
     def context_length(self) -> int:
         return int(self.loaded.spec.context_length)
+
+    @property
+    def grammar(self) -> Grammar:
+        """This model's grammar (FSM + mask tensors), built on first use (~0.3 s) and kept."""
+        with self._grammar_lock:
+            if self._grammar is None:
+                self._grammar = Grammar.for_model(self.loaded)
+            return self._grammar
 
     # -- tokenizer helpers --------------------------------------------------------------------
 
@@ -82,8 +93,7 @@ class EditEngine:
         if self._text_tokenizer is None:
             from backend.tokenizers import TextTokenizer
 
-            grammar = grammar_for(self.loaded)
-            self._text_tokenizer = TextTokenizer(self.name, self.encode, grammar.token_bytes)
+            self._text_tokenizer = TextTokenizer(self.name, self.encode, self.grammar.token_bytes)
         return self._text_tokenizer
 
     def reference_program(self, source: str, target: str) -> str:
@@ -104,7 +114,7 @@ class EditEngine:
         """Tokenise the request's prompt once and check prompt + expected output fit the context."""
         tokenizer = self.loaded.tokenizer
         if request.strategy == "cad":
-            prompt = program_prompt_ids(tokenizer, request.source, request.instruction)
+            prompt = program_prompt_ids(tokenizer, request.source, request.instruction, style=prompt_style(self.loaded))
         else:
             prompt = plain_prompt_ids(tokenizer, request.source, request.instruction)
         target = tuple(self.encode(request.target)) if request.target is not None else None
@@ -152,15 +162,22 @@ class EditEngine:
             if request.strategy == "cad":
                 program = self.reference_program(source, request.target)
                 return decode_program(
-                    loaded, source, instruction, max_new_tokens=None, cancel=cancel, force_program=program
+                    loaded, source, instruction, max_new_tokens=None, cancel=cancel, force_program=program,
+                    grammar=self.grammar, prompt_ids=prepared.prompt_ids,
                 )
             replay = replay_plain if request.strategy == "ar" else replay_prompt_lookup
             return replay(loaded, list(prepared.prompt_ids), list(prepared.target_ids), cancel=cancel)
-        sampling = dict(temperature=request.temperature, top_p=request.top_p, seed=request.seed, cancel=cancel)
+        temperature, top_p, seed = request.temperature, request.top_p, request.seed
         if request.strategy == "cad":
-            return decode_program(loaded, source, instruction, max_new_tokens=request.max_new_tokens, **sampling)
+            return decode_program(
+                loaded, source, instruction, max_new_tokens=request.max_new_tokens, temperature=temperature,
+                top_p=top_p, seed=seed, cancel=cancel, grammar=self.grammar, prompt_ids=prepared.prompt_ids,
+            )
         decode = decode_plain if request.strategy == "ar" else decode_prompt_lookup
-        return decode(loaded, list(prepared.prompt_ids), max_new_tokens=request.max_new_tokens, **sampling)
+        return decode(
+            loaded, list(prepared.prompt_ids), max_new_tokens=request.max_new_tokens, temperature=temperature,
+            top_p=top_p, seed=seed, cancel=cancel,
+        )
 
     def run_to_result(self, source: str, instruction: str | None, **options: Any) -> DecodeResult:
         """`run` without streaming: its DecodeResult (same options, same errors)."""
@@ -187,7 +204,7 @@ class EditEngine:
         length = max(1, min(context_tokens, self.context_length - warmup - steps - 1))
         # Ordinary (non-special) ids; timing does not depend on which tokens they are.
         ids = [1000 + (i * 7919) % (size - 1000) for i in range(length)] if size > 2000 else [i % size for i in range(length)]
-        cache = SequenceCache(self.loaded.model)
+        cache = self.loaded.new_cache()
         cache.append_span(ids)
         samples = []
         token = ids[-1]

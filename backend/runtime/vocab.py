@@ -134,7 +134,7 @@ def measure_mask_cost(fsm: TokenFSM, programs_token_ids: Sequence[Sequence[int]]
             out.append(state)
             for token_id in program:
                 state = fsm.advance(state, token_id).state
-                if state.core[0] != "E":
+                if state.mode != "end":
                     out.append(state)
         return out
 

@@ -1,0 +1,83 @@
+"""What a decoding strategy needs from a model: a typed handle and a KV cache it can append to.
+
+Two Protocols, so a model served another way (llama.cpp, a remote engine) plugs into the decoder,
+the baselines and the engine without their code asking what it is:
+
+    loaded = load_model("smollm2-135m")      # models.LoadedModel implements ModelHandle
+    cache = loaded.new_cache()                # a DecodeCache: kv.SequenceCache for torch models
+    logits = cache.append_span(prompt_ids)    # float32 torch tensor [V] after the last token
+
+`DecodeCache` is the interface of `backend.runtime.kv.SequenceCache`: it counts every forward
+(`forwards`), mirrors the cache's tokens (`token_ids`, `length`) and returns float32 torch logits
+(on any device; the grammar builds its masks on `ModelHandle.device`). `rollback(k)` drops the last
+k positions; `truncate(n)` keeps the first n.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import torch
+
+    from backend.runtime.models import ModelSpec
+
+
+@runtime_checkable
+class DecodeCache(Protocol):
+    """One sequence's KV cache: every append is one forward, counted in `forwards`."""
+
+    token_ids: list[int]   # the tokens the cache holds, in order
+    forwards: int          # forward passes run so far (the prompt prefill included)
+
+    @property
+    def length(self) -> int: ...
+
+    def step(self, token_id: int) -> torch.Tensor:
+        """Append one token; the next-token logits [V]."""
+        ...
+
+    def append_span(self, token_ids: Sequence[int]) -> torch.Tensor:
+        """Append N tokens in one forward; the logits [V] after the last of them."""
+        ...
+
+    def append_span_all(self, token_ids: Sequence[int]) -> torch.Tensor:
+        """Append N tokens in one forward; logits [N, V], row i predicting the token after token i."""
+        ...
+
+    def rollback(self, k: int) -> None:
+        """Drop the last k positions (0 is a no-op; more than `length` raises ValueError)."""
+        ...
+
+    def truncate(self, length: int) -> None:
+        """Keep the first `length` positions."""
+        ...
+
+
+@runtime_checkable
+class ModelHandle(Protocol):
+    """A loaded model as the runtime sees it (`models.LoadedModel`, the llama.cpp handle, ...).
+
+    `tokenizer` is a transformers tokenizer (None for timing-only shape models, which cannot decode
+    text); `vocab_size` is the logits' width (Qwen pads it past the tokenizer); `eos_ids` end a
+    chat turn; `spec` is the models.yaml entry (name, context_length, prompt style, ...).
+    """
+
+    tokenizer: Any
+    spec: ModelSpec
+    device: Any
+    dtype: Any
+    weights_label: str
+    eos_ids: tuple[int, ...]
+    load_seconds: float
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    def new_cache(self) -> DecodeCache:
+        """An empty cache for one sequence on this model."""
+        ...

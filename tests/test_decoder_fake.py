@@ -1,0 +1,211 @@
+"""The decoder's logic on a fake model (tests/fake_model.py): a byte tokenizer and a model that
+writes a script, so every count is known and each test runs in milliseconds. The real-model tests
+(test_decoder.py) stay the truth on real tokenizers and networks."""
+
+import threading
+
+import pytest
+import torch
+
+from backend.core.fsm import TokenFSM
+from backend.core.lines import line_count
+from backend.core.program import CopyLines, Gen
+from backend.core.resolve import resolve_program
+from backend.runtime.baselines import decode_plain, decode_prompt_lookup, run_to_result
+from backend.runtime.decoder import decode_program
+from backend.runtime.grammar import Grammar
+from backend.runtime.handle import DecodeCache, ModelHandle
+from backend.runtime.loop_guard import GEN_WINDOW, LoopGuard, gen_loop
+from backend.runtime.prompt import context_program, context_text, reference_program
+from fake_model import VOCAB_SIZE, FakeModel, byte_vocabulary
+
+SOURCE = "one\ntwo\nthree\nfour\n"
+
+
+@pytest.fixture(scope="module")
+def grammar():
+    vocabulary = byte_vocabulary()
+    return Grammar(vocabulary, TokenFSM(vocabulary), VOCAB_SIZE, torch.device("cpu"))
+
+
+def decode(model, grammar, source=SOURCE, **options):
+    options.setdefault("max_new_tokens", 400)
+    events = list(decode_program(model, source, "Edit.", grammar=grammar, **options))
+    assert [e.kind for e in events].count("done") == 1 and events[-1].kind == "done"
+    return events[:-1], events[-1].result
+
+
+def test_the_fake_model_is_a_model_handle_with_a_decode_cache():
+    model = FakeModel("x")
+    assert isinstance(model, ModelHandle) and isinstance(model.new_cache(), DecodeCache)
+
+
+def test_the_model_writes_its_script_exactly(grammar):
+    ops = [CopyLines(1, 2), Gen("TWO\n"), CopyLines(4, 4)]
+    events, result = decode(FakeModel(context_text(ops, SOURCE)), grammar)
+    assert result.stop_reason == "eos" and not result.partial and result.error is None
+    assert result.program == context_program(ops)
+    assert result.output == "one\ntwo\nTWO\nfour\n" == resolve_program(ops, SOURCE)
+    spans: list[list[str]] = []
+    for e in events:
+        if e.kind != "tag" and spans and spans[-1][0] == e.kind == "gen":
+            spans[-1][1] += e.text
+        elif e.kind != "tag":
+            spans.append([e.kind, e.text])
+    assert spans == [["copy", "one\ntwo\n"], ["gen", "TWO\n"], ["copy", "four\n"]]
+    m = result.metrics
+    # Byte tokens: a copy enters as its bytes, and no join changes a tag's tokens.
+    assert m.tokens_copied == len("one\ntwo\nfour\n") and m.boundary_retokenized == 0
+    # '</gen' counts as gen as it is read, token by token: it could still turn out to be text.
+    assert m.tokens_generated == len("TWO\n</gen")
+    assert m.program_tokens == len(result.program.encode()) == m.tokens_tag + m.tokens_generated
+    # What the model chose; the grammar forced the rest (jump-forward): 'opy lines="' after '<c',
+    # '-' after a first line number that cannot grow (4 lines), '"/>' after a last one that cannot,
+    # 'en>' after '<g', and '-4"/>' after a first line 4 of 4.
+    chosen = ["<", "c", "1", "2", "<", "g", "T", "W", "O", "\n", "<", "/", "g", "e", "n", ">", "\n", "<", "c", "4"]
+    assert m.jump_forward_tokens == m.program_tokens - len(chosen)
+    # One forward per chosen token (the first choice comes from the prefill, and EOS from the last
+    # forward's logits).
+    assert m.forwards == len(chosen)
+    assert m.copies == 2 and m.prompt_tokens > 0
+
+
+def test_the_grammar_overrules_the_model(grammar):
+    # The script copies line 9 of a 4-line input: the mask never lets a line past 4 through.
+    _, result = decode(FakeModel('<copy lines="3-9"/>x\n'), grammar, max_new_tokens=40)
+    step = grammar.fsm.advance_text(grammar.fsm.start(line_count(SOURCE)), result.program)
+    assert all(1 <= op.start <= op.end <= 4 for op in step.completed if isinstance(op, CopyLines))
+    assert result.program.startswith('<copy lines="3-')
+
+
+def test_a_repeated_copy_stops_early_with_a_plain_message(grammar):
+    model = FakeModel('<copy lines="2-2"/>two\n', cyclic=True)
+    events, result = decode(model, grammar, max_new_tokens=4000)
+    assert result.stop_reason == "loop" and result.partial
+    assert result.error == 'stopped: the model repeated <copy lines="2-2"/> 5 times'
+    assert result.output == "two\n" * 5 and result.metrics.copies == 5
+    assert result.metrics.program_tokens < 100  # stopped at the fifth copy, not at the token cap
+    assert sum(e.kind == "copy" for e in events) == 5
+
+
+def test_a_repeated_block_of_two_items_is_a_loop_too(grammar):
+    ops = [CopyLines(1, 1), Gen("x\n")]
+    _, result = decode(FakeModel(context_text(ops, SOURCE), cyclic=True), grammar, max_new_tokens=4000)
+    assert result.stop_reason == "loop"
+    assert result.error == 'stopped: the model repeated <copy lines="1-1"/><gen>x\\n</gen> 5 times'
+    assert result.output == "one\nx\n" * 5
+
+
+def test_a_gen_repeating_a_chunk_stops_early(grammar):
+    model = FakeModel("<gen>x = 1\n" + "#   " * 300 + "</gen>\n")
+    _, result = decode(model, grammar, max_new_tokens=4000)
+    assert result.stop_reason == "loop" and result.partial
+    assert result.error == ("stopped: the model repeated '#   ' inside a gen (80+ times in its last 320 characters)"
+                            " (its text so far is kept)")
+    assert result.output.startswith("x = 1\n#   #") and result.metrics.tokens_generated < 6 + GEN_WINDOW + 4
+
+
+def test_a_long_line_of_one_character_is_not_a_loop(grammar):
+    model = FakeModel("<gen># " + "=" * 400 + "\n</gen>\n")
+    _, result = decode(model, grammar, max_new_tokens=4000)
+    assert result.stop_reason == "eos" and result.output == "# " + "=" * 400 + "\n"
+
+
+def test_four_repeats_are_not_a_loop(grammar):
+    ops = [CopyLines(2, 2)] * 4 + [Gen("end\n")]
+    _, result = decode(FakeModel(context_text(ops, SOURCE)), grammar)
+    assert result.stop_reason == "eos" and result.output == "two\n" * 4 + "end\n"
+
+
+def test_reference_mode_replays_repeats_without_stopping(grammar):
+    ops = [CopyLines(2, 2)] * 6
+    _, result = decode(FakeModel("unused"), grammar, max_new_tokens=None, force_program=reference_program(ops))
+    assert result.stop_reason == "complete" and result.output == "two\n" * 6 and result.error is None
+
+
+def test_max_new_tokens_keeps_the_open_gen_text(grammar):
+    _, result = decode(FakeModel("<gen>abcdefghijklmnop\n</gen>\n"), grammar, max_new_tokens=10)
+    assert result.stop_reason == "max_tokens" and result.partial
+    assert result.program == "<gen>abcdefghij"[: len(result.program)] and result.metrics.program_tokens == 10
+    assert result.output == "abcdefghij"[: result.metrics.tokens_generated]
+    assert result.error == "incomplete program: stopped inside a gen (its text so far is kept)"
+
+
+def test_cancel_before_the_first_token(grammar):
+    cancel = threading.Event()
+    cancel.set()
+    _, result = decode(FakeModel("<gen>a</gen>"), grammar, cancel=cancel)
+    assert result.stop_reason == "cancel" and result.partial and result.output == "" and result.metrics.forwards == 0
+
+
+def test_an_empty_program_is_complete(grammar):
+    _, result = decode(FakeModel(""), grammar)
+    assert result.stop_reason == "eos" and result.program == "" and result.output == ""
+
+
+def test_the_context_length_stops_the_run(grammar):
+    model = FakeModel('<copy lines="1-4"/>one\ntwo\nthree\nfour\n<gen>z</gen>\n')
+    prompt_tokens = decode(model, grammar)[1].metrics.prompt_tokens
+    small = FakeModel(model.script_text, spec=type(model.spec)(context_length=prompt_tokens + 10))
+    _, result = decode(small, grammar)
+    assert result.stop_reason == "max_tokens" and result.partial
+    assert result.error.startswith(f"the context is full ({prompt_tokens + 10} tokens)")
+
+
+def test_plain_and_prompt_lookup_write_the_script_with_the_fake_model():
+    text = "alpha beta gamma\n" * 3
+    model = FakeModel(text)
+    prompt = model.tokenizer.encode("<|im_start|>assistant\n")
+    plain = run_to_result(decode_plain(model, prompt, max_new_tokens=200))
+    pld = run_to_result(decode_prompt_lookup(model, prompt, max_new_tokens=200))
+    assert plain.output == pld.output == text and plain.stop_reason == pld.stop_reason == "eos"
+    assert plain.metrics.forwards == len(text.encode()) - 1 + 1  # one per token after the first, then EOS's
+    assert pld.metrics.forwards < plain.metrics.forwards
+    assert pld.metrics.forwards + pld.metrics.accepted_draft_tokens == plain.metrics.forwards
+
+
+# -- the loop guard alone ----------------------------------------------------------------------
+
+ops__stops_at = [
+    ([CopyLines(3, 3)] * 6, 5),
+    ([CopyLines(3, 3), CopyLines(4, 4)] * 5, 10),
+    ([Gen("a"), CopyLines(1, 2), Gen("b")] * 5, 15),
+    ([CopyLines(1, 1), CopyLines(2, 2), CopyLines(3, 3), CopyLines(4, 4)] * 5, None),  # period 4 > 3
+    ([CopyLines(3, 3)] * 4 + [Gen("x")] + [CopyLines(3, 3)] * 4, None),
+    ([CopyLines(i, i) for i in range(1, 30)], None),
+]
+
+
+@pytest.mark.parametrize("ops, stops_at", ops__stops_at)
+def test_loop_guard(ops, stops_at):
+    guard = LoopGuard()
+    said = [guard.add(op) for op in ops]
+    first = next((i + 1 for i, message in enumerate(said) if message), None)
+    assert first == stops_at
+
+
+text__repeats = [
+    ("#   " * 90, "'#   '"),
+    ("a\n" * 200, "'a\\n'"),
+    ("x" + "ab" * 159, None),  # 319 characters: shorter than the window
+    ("=" * 400, None),
+    ("-=" * 200, "'-='"),
+    ("def f(x):\n    return x\n" * 20, repr("def f(x):\n    return x\n")),  # a whole function, again and again
+]
+
+
+@pytest.mark.parametrize("text, repeats", text__repeats)
+def test_gen_loop(text, repeats):
+    message = gen_loop(text)
+    if repeats is None:
+        assert message is None
+    else:
+        assert message.startswith(f"stopped: the model repeated {repeats} inside a gen")
+
+
+def test_loop_guard_shortens_a_long_gen():
+    guard = LoopGuard(repeats=2)
+    guard.add(Gen("y" * 100))
+    assert guard.add(Gen("y" * 100)) == f"stopped: the model repeated <gen>{'y' * 40}…</gen> 2 times"
+    with pytest.raises(ValueError):
+        LoopGuard(repeats=1)
