@@ -169,3 +169,30 @@ def test_missing_gguf__model_unavailable() -> None:
 
     with pytest.raises(ModelUnavailable, match="no GGUF file"):
         load_llamacpp("qwen2.5-1.5b")
+
+
+EDIT_SOURCE = "".join(f"VALUE_{i} = {i * 7}\n" for i in range(12))
+EDIT_TARGET = EDIT_SOURCE.replace("VALUE_5 = 35\n", "VALUE_5 = 0\n")
+
+
+@pytest.mark.parametrize("strategy", ["cad", "ar", "pld"])
+def test_all_three_strategies_run_on_llamacpp__reference_replay_is_exact(llama: LlamaCppModel, strategy: str) -> None:
+    from backend.runtime.engine import EditEngine
+
+    result = EditEngine(llama).run_to_result(EDIT_SOURCE, "Set VALUE_5 to 0.", strategy=strategy, mode="reference",
+                                            target=EDIT_TARGET)
+    assert result.output == EDIT_TARGET and result.stop_reason == "complete"
+    if strategy == "cad":  # copies enter in one forward each: far fewer forwards than tokens
+        assert result.metrics.copies >= 2 and result.metrics.forwards < result.metrics.output_tokens / 3
+
+
+def test_model_mode_on_llamacpp__greedy_prompt_lookup_equals_plain(llama: LlamaCppModel) -> None:
+    from backend.runtime.engine import EditEngine
+
+    engine = EditEngine(llama)
+    plain = engine.run_to_result(EDIT_SOURCE, "Set VALUE_5 to 0.", strategy="ar", max_new_tokens=40)
+    lookup = engine.run_to_result(EDIT_SOURCE, "Set VALUE_5 to 0.", strategy="pld", max_new_tokens=40)
+    assert plain.output and lookup.output == plain.output
+    assert lookup.metrics.forwards < plain.metrics.forwards  # drafts were accepted
+    program = engine.run_to_result(EDIT_SOURCE, "Set VALUE_5 to 0.", strategy="cad", max_new_tokens=40)
+    assert program.stop_reason in ("eos", "max_tokens", "loop") and program.program is not None
