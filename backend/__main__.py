@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "backend.cli.edit_commands",     # edit, replay
     "backend.cli.study_command",     # study
     "backend.cli.train_commands",    # make-data, train, evaluate
+    "backend.cli.bench_command",     # bench
 )
 
 

@@ -1,0 +1,263 @@
+"""Every decoding strategy on the same cases, timed in one process: the `bench` command's engine.
+
+Reference replay (each case's target forced through the model) with:
+
+    ar          plain decoding: one forced token per forward
+    pld         prompt lookup at transformers' defaults (2-gram, 10 drafts)
+    pld-best    prompt lookup at the fastest setting of the sweep (prompt_lookup.SWEEP) on these
+                same cases: the most generous comparison (a tuned peer that saw the test set)
+    cad         copy-as-decode: the oracle program, copies in one forward each
+    cad-hybrid  copy-as-decode whose gens are also drafted by prompt lookup (when the decoder has it)
+
+Why the sweep times only a few settings: in reference mode the forwards a setting runs are known
+without the model (`prompt_lookup.reference_forward_sizes`); their seconds are predicted from a
+table of one forward's seconds per token count measured here, and only the `top` best-predicted
+settings (plus the default) are timed. The prediction is reported next to the measurement.
+
+Timing: after a warm-up, cases run one after another and, within a case, every strategy runs
+back to back, `repeats` times (median per case), so each ratio compares runs of the same moment.
+Seconds are decode seconds after the prompt prefill (the prompts differ between cad and the
+others; prefill is reported apart). Pooling: sums of seconds over the cases, ratios of sums
+(`backend.measure.replay.ratio`), as everywhere in this repository.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from backend.measure.replay import DEFAULT_INSTRUCTION, is_exact, ratio
+from backend.runtime.baselines import replay_plain, replay_prompt_lookup, run_to_result
+from backend.runtime.prompt_lookup import (
+    DEFAULT_SETTING,
+    SWEEP,
+    PromptLookupSetting,
+    fastest,
+    parse_setting,
+    predicted_seconds,
+    reference_forward_sizes,
+)
+
+STRATEGIES = ("ar", "pld", "pld-best", "cad", "cad-hybrid")
+FORWARD_SIZES = (1, 2, 4, 8, 16, 32, 64, 129)  # tokens per forward timed for the cost table
+
+
+@dataclass
+class PreparedCase:
+    id: str
+    target: str
+    plain: Any    # engine PreparedEdit for ar / pld (plain prompt)
+    program: Any  # engine PreparedEdit for cad
+
+
+@dataclass
+class Timing:
+    seconds: list[float] = field(default_factory=list)
+    prefill: list[float] = field(default_factory=list)
+    forwards: int = 0
+    exact: bool = True
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, result: Any, target: str) -> None:
+        self.seconds.append(result.metrics.wall_seconds)
+        self.prefill.append(result.metrics.prefill_seconds or 0.0)
+        self.forwards = result.metrics.forwards
+        self.metrics = result.metrics.to_dict()
+        self.exact = self.exact and is_exact(result, target)
+
+
+def prepare_cases(engine: Any, cases: Sequence[Any]) -> list[PreparedCase]:
+    """Each case validated and tokenised once per prompt kind (the engine's EditError if refused)."""
+    out = []
+    for case in cases:
+        instruction = case.instruction or DEFAULT_INSTRUCTION
+        common = dict(mode="reference", target=case.target)
+        out.append(PreparedCase(case.id, case.target,
+                                engine.validate(case.source, instruction, strategy="ar", **common),
+                                engine.validate(case.source, instruction, strategy="cad", **common)))
+    return out
+
+
+def forward_cost_table(loaded: Any, context: int, *, repeats: int = 3) -> dict[int, float]:
+    """Median seconds of one forward of n tokens (n in FORWARD_SIZES) after `context` tokens."""
+    size = int(loaded.vocab_size)
+    ids = [1000 + (i * 7919) % max(1, size - 1000) for i in range(context + max(FORWARD_SIZES))]
+    cache = loaded.new_cache()
+    cache.append_span(ids[:context])
+    table = {}
+    for n in FORWARD_SIZES:
+        samples = []
+        for _ in range(repeats + 1):
+            started = time.perf_counter()
+            cache.append_span_all(ids[context:context + n])
+            samples.append(time.perf_counter() - started)
+            cache.rollback(n)
+        table[n] = statistics.median(samples[1:])
+    return table
+
+
+def interpolate(table: dict[int, float]) -> Callable[[int], float]:
+    """Seconds of a forward of n tokens, linear between the timed sizes (flat beyond the last)."""
+    sizes = sorted(table)
+
+    def seconds(n: int) -> float:
+        for low, high in zip(sizes, sizes[1:]):
+            if n <= high:
+                share = (n - low) / (high - low) if n > low else 0.0
+                return table[low] + share * (table[high] - table[low])
+        return table[sizes[-1]] * n / sizes[-1]
+
+    return seconds
+
+
+def rank_settings(loaded: Any, cases: Sequence[PreparedCase], cost: Callable[[int], float]) -> dict[PromptLookupSetting, dict[str, float]]:
+    """Every sweep setting's forwards and predicted decode seconds summed over the cases."""
+    ranked = {}
+    for setting in SWEEP:
+        sizes = [reference_forward_sizes(c.plain.prompt_ids, c.plain.target_ids, setting, eos_ids=loaded.eos_ids)
+                 for c in cases]
+        ranked[setting] = {"forwards": sum(len(s) for s in sizes),
+                           "predicted_seconds": sum(predicted_seconds(s, cost) for s in sizes)}
+    return ranked
+
+
+def shortlist(ranked: dict[PromptLookupSetting, dict[str, float]], top: int) -> list[PromptLookupSetting]:
+    """The `top` settings with the least predicted seconds, and the default."""
+    best = sorted(ranked, key=lambda s: (ranked[s]["predicted_seconds"], s))[:max(1, top)]
+    return list(dict.fromkeys([DEFAULT_SETTING, *best]))
+
+
+def runners(engine: Any, settings: Sequence[PromptLookupSetting], hybrid: Callable[[Any, PreparedCase], Any] | None) -> dict[str, Callable[[PreparedCase], Any]]:
+    """Strategy name (pld settings by label) -> a function running one case to its DecodeResult."""
+    loaded = engine.loaded
+
+    def plain(case: PreparedCase) -> Any:
+        return run_to_result(replay_plain(loaded, list(case.plain.prompt_ids), list(case.plain.target_ids)))
+
+    def lookup(setting: PromptLookupSetting) -> Callable[[PreparedCase], Any]:
+        return lambda case: run_to_result(replay_prompt_lookup(
+            loaded, list(case.plain.prompt_ids), list(case.plain.target_ids),
+            max_ngram_size=setting.ngram, num_pred_tokens=setting.drafts))
+
+    def cad(case: PreparedCase) -> Any:
+        return run_to_result(engine.run_prepared(case.program))
+
+    out: dict[str, Callable[[PreparedCase], Any]] = {"ar": plain, "cad": cad}
+    out.update({f"pld:{s.label}": lookup(s) for s in settings})
+    if hybrid is not None:
+        out["cad-hybrid"] = lambda case: hybrid(engine, case)
+    return out
+
+
+def time_cases(cases: Sequence[PreparedCase], run: dict[str, Callable[[PreparedCase], Any]], repeats: int,
+               progress: Callable[[str], None] = lambda _: None) -> dict[str, dict[str, Timing]]:
+    """timings[strategy][case id], every strategy back to back within a case, `repeats` rounds."""
+    timings: dict[str, dict[str, Timing]] = {name: {c.id: Timing() for c in cases} for name in run}
+    for round_ in range(repeats):
+        for case in cases:
+            for name, runner in run.items():
+                timings[name][case.id].add(runner(case), case.target)
+            progress(f"round {round_ + 1}/{repeats}: {case.id}")
+    return timings
+
+
+def pooled(per_case: dict[str, Timing]) -> dict[str, Any]:
+    """Sum over the cases of each case's median seconds; forwards; all exact."""
+    return {"seconds": sum(statistics.median(t.seconds) for t in per_case.values()),
+            "prefill_seconds": sum(statistics.median(t.prefill) for t in per_case.values()),
+            "forwards": sum(t.forwards for t in per_case.values()),
+            "exact": all(t.exact for t in per_case.values())}
+
+
+def tag_steps(per_case: dict[str, Timing]) -> dict[str, Any]:
+    """Copy-as-decode's tag cost: tag tokens, the ones jump-forward forced (no decode step), and
+    the decode steps left per copy (tag tokens - jump-forward tokens, over copies)."""
+    total: dict[str, Any] = {key: sum(int(t.metrics.get(key) or 0) for t in per_case.values())
+                              for key in ("copies", "tokens_tag", "jump_forward_tokens", "tokens_generated", "forwards")}
+    total["tag_steps_per_copy"] = ratio(total["tokens_tag"] - total["jump_forward_tokens"], total["copies"])
+    total["tag_tokens_per_copy"] = ratio(total["tokens_tag"], total["copies"])
+    return total
+
+
+def summarize(timings: dict[str, dict[str, Timing]], ranked: dict[PromptLookupSetting, dict[str, float]]) -> dict[str, Any]:
+    """The corpus's JSON: seconds and forwards per strategy, pld-best's setting, the sweep, ratios."""
+    sums = {name: pooled(per_case) for name, per_case in timings.items()}
+    swept = {parse_setting(name[len("pld:"):]): sums[name] for name in sums if name.startswith("pld:")}
+    best = fastest({s: v["seconds"] for s, v in swept.items()})
+    by_strategy = {"ar": sums["ar"], "pld": swept[DEFAULT_SETTING], "pld-best": swept[best], "cad": sums["cad"]}
+    if "cad-hybrid" in sums:
+        by_strategy["cad-hybrid"] = sums["cad-hybrid"]
+    seconds = {k: v["seconds"] for k, v in by_strategy.items()}
+    return {
+        "cases": len(next(iter(timings.values()))),
+        "seconds": seconds,
+        "forwards": {k: v["forwards"] for k, v in by_strategy.items()},
+        "prefill_seconds": {k: v["prefill_seconds"] for k, v in by_strategy.items()},
+        "exact": {k: v["exact"] for k, v in by_strategy.items()},
+        "pld_best_setting": best.label,
+        "tags": {k: tag_steps(timings[k]) for k in ("cad", "cad-hybrid") if k in timings},
+        "speedup_vs_ar": {k: ratio(seconds["ar"], v) for k, v in seconds.items()},
+        "speedup_vs_pld_best": {k: ratio(seconds["pld-best"], v) for k, v in seconds.items()},
+        "sweep": {s.label: {"forwards": int(r["forwards"]), "predicted_seconds": r["predicted_seconds"],
+                            "seconds": swept[s]["seconds"] if s in swept else None} for s, r in ranked.items()},
+    }
+
+
+def library_check(engine: Any, cases: Sequence[PreparedCase], *, max_new_tokens: int = 64) -> dict[str, Any]:
+    """Our plain and prompt-lookup loops against transformers' own `generate` (greedy, and with
+    `prompt_lookup_num_tokens=10`) in model mode on the same prompts: total seconds (prefill
+    included on both sides) and whether the greedy outputs agree token for token. Torch models only."""
+    import torch
+
+    from backend.runtime.baselines import decode_plain, decode_prompt_lookup
+
+    loaded = engine.loaded
+    seconds = {"ar": 0.0, "generate": 0.0, "pld": 0.0, "generate_pld": 0.0}
+    same = {"ar": 0, "pld": 0}
+    tokens = 0
+    for case in cases:
+        prompt = list(case.plain.prompt_ids)
+        ours = {"ar": decode_plain, "pld": decode_prompt_lookup}
+        outputs = {}
+        for name, decode in ours.items():
+            result = run_to_result(decode(loaded, prompt, max_new_tokens=max_new_tokens))
+            seconds[name] += result.metrics.wall_seconds + (result.metrics.prefill_seconds or 0.0)
+            outputs[name] = result.output
+        ids = torch.tensor([prompt], device=loaded.device)
+        for name, extra in (("generate", {}), ("generate_pld", {"prompt_lookup_num_tokens": 10})):
+            started = time.perf_counter()
+            with torch.inference_mode():
+                out = loaded.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                                            do_sample=False, eos_token_id=list(loaded.eos_ids) or None, **extra)
+            seconds[name] += time.perf_counter() - started
+            new = [int(t) for t in out[0, len(prompt):] if int(t) not in loaded.eos_ids]
+            text = loaded.tokenizer.decode(new, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+            mine = outputs["ar" if name == "generate" else "pld"]
+            same["ar" if name == "generate" else "pld"] += text == mine
+            tokens += len(new) if name == "generate" else 0
+    return {"cases": len(cases), "max_new_tokens": max_new_tokens, "generated_tokens": tokens, "seconds": seconds,
+            "same_output": same, "ours_vs_generate": {"ar": ratio(seconds["generate"], seconds["ar"]),
+                                                      "pld": ratio(seconds["generate_pld"], seconds["pld"])}}
+
+
+def hybrid_runner() -> Callable[[Any, PreparedCase], Any] | None:
+    """cad-hybrid (reference replay of the oracle program with prompt-lookup drafts inside gens),
+    or None when the decoder has no `hybrid` option."""
+    import inspect
+
+    from backend.runtime.decoder import decode_program
+    from backend.runtime.hybrid import DEFAULT_HYBRID
+
+    if "hybrid" not in inspect.signature(decode_program).parameters:
+        return None
+
+    def run(engine: Any, case: PreparedCase) -> Any:
+        request = case.program.request
+        program = engine.reference_program(request.source, request.target)
+        return run_to_result(decode_program(
+            engine.loaded, request.source, request.instruction, max_new_tokens=None, force_program=program,
+            grammar=engine.grammar, prompt_ids=case.program.prompt_ids, hybrid=DEFAULT_HYBRID))  # type: ignore[call-arg]
+
+    return run

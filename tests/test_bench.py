@@ -1,0 +1,81 @@
+"""The `bench` command and its engine (strategy_bench) on the tiny random model and a 2-case corpus."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from backend.__main__ import main
+from backend.measure import strategy_bench as sb
+from backend.runtime.prompt_lookup import DEFAULT_SETTING, parse_setting
+
+SOURCE = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n"
+CASES = [
+    {"id": "rename", "source": SOURCE, "target": SOURCE.replace("def mul", "def times"), "instruction": "Rename mul."},
+    {"id": "swap", "source": SOURCE, "target": SOURCE.replace("a - b", "b - a") + "\n\ndef div(a, b):\n    return a / b\n"},
+]
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    path = tmp_path / "tiny.jsonl"
+    path.write_text("".join(json.dumps(c) + "\n" for c in CASES), encoding="utf-8")
+    return path
+
+
+def test_bench_prints_every_strategy_and_one_json_line(corpus, capsys):
+    code = main(["bench", str(corpus), "--model", "tiny-random", "--repeats", "1", "--top", "2"])
+    out, _err = capsys.readouterr()
+    assert code == 0
+    document = json.loads(out.strip().splitlines()[-1])
+    summary = document["corpora"][str(corpus)]
+    assert {"ar", "pld", "pld-best", "cad"} <= set(summary["seconds"]) == set(summary["forwards"])
+    assert summary["cases"] == 2 and all(summary["exact"].values())
+    assert all(s > 0 for s in summary["seconds"].values())
+    # pld-best is the fastest timed setting, the default among them: never slower than pld
+    assert summary["seconds"]["pld-best"] <= summary["seconds"]["pld"]
+    timed = {label: v for label, v in summary["sweep"].items() if v["seconds"] is not None}
+    assert DEFAULT_SETTING.label in timed and len(timed) in (2, 3) and len(summary["sweep"]) == 20
+    assert min(v["seconds"] for v in timed.values()) == summary["seconds"]["pld-best"]
+    # the model-free forward count of each setting is what the timed replay ran
+    best = summary["sweep"][summary["pld_best_setting"]]
+    assert best["forwards"] == summary["forwards"]["pld-best"]
+    assert summary["sweep"][DEFAULT_SETTING.label]["forwards"] == summary["forwards"]["pld"]
+    assert summary["forwards"]["cad"] < summary["forwards"]["ar"]
+    assert summary["tags"]["cad"]["copies"] > 0 and summary["tags"]["cad"]["tag_steps_per_copy"] > 0
+    ratio = summary["speedup_vs_ar"]["cad"]
+    assert ratio == pytest.approx(summary["seconds"]["ar"] / summary["seconds"]["cad"])
+    assert "pld-best = " + summary["pld_best_setting"] in out and parse_setting(summary["pld_best_setting"])
+
+
+@pytest.mark.parametrize("argv__message", [
+    (["bench", "no-such-corpus", "--model", "tiny-random"], "no-such-corpus"),
+    (["bench", "CORPUS", "--limit", "0"], "must be >= 1"),
+    (["bench", "CORPUS", "--model", "tiny-random", "--runtime", "gpu"], "unknown runtime"),
+])
+def test_bench_usage_errors(corpus, capsys, argv__message):
+    argv, message = argv__message
+    code = main([str(corpus) if a == "CORPUS" else a for a in argv])
+    _out, err = capsys.readouterr()
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_interpolate_and_shortlist():
+    cost = sb.interpolate({1: 1.0, 2: 1.5, 4: 2.0})
+    assert cost(1) == 1.0 and cost(3) == pytest.approx(1.75) and cost(8) == pytest.approx(4.0)
+    ranked = {parse_setting(f"{n}/10"): {"predicted_seconds": float(5 - n), "forwards": 1} for n in (1, 2, 3, 4)}
+    assert sb.shortlist(ranked, 1) == [DEFAULT_SETTING, parse_setting("4/10")]
+    assert sb.shortlist(ranked, 3) == [DEFAULT_SETTING, parse_setting("4/10"), parse_setting("3/10")]
+
+
+def test_library_check_agrees_with_transformers_generate(tiny_model):
+    from backend.data.cases import EditCase
+    from backend.runtime.engine import EditEngine
+
+    engine = EditEngine(tiny_model)
+    cases = [EditCase(id=c["id"], source=c["source"], target=c["target"], instruction=c.get("instruction"))
+             for c in CASES]
+    check = sb.library_check(engine, sb.prepare_cases(engine, cases), max_new_tokens=12)
+    assert check["cases"] == 2 and check["same_output"] == {"ar": 2, "pld": 2}
+    assert 0 < check["generated_tokens"] <= 24 and all(s > 0 for s in check["seconds"].values())
