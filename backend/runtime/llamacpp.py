@@ -42,7 +42,7 @@ from backend.runtime.models import (
     ModelSpec,
     ModelUnavailable,
     _eos_ids,
-    _spec_for,
+    spec_for,
     get_spec,
     gguf_path,
     load_hf_tokenizer,
@@ -310,7 +310,7 @@ def load_llamacpp(
     from llama_cpp import _internals
 
     started = time.perf_counter()
-    spec = _spec_for(name_or_spec)
+    spec = spec_for(name_or_spec)
     if gguf is None:
         gguf, entry_lora = gguf_files(spec)
         lora = lora if lora is not None else entry_lora
