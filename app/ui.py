@@ -60,10 +60,10 @@ class AppUI:
 class _TopBar:
     def __init__(self, service: AppService) -> None:
         self.service = service
-        with gr.Row(elem_id="topbar"):
-            gr.Markdown(INTRO, elem_id="intro")
+        gr.Markdown(INTRO, elem_id="intro")
+        with gr.Row(elem_id="topbar"):  # the picker gets half the width: model labels are long
             self.model = gr.Dropdown(choices=service.model_choices(), value=service.default_model, label="Model",
-                                     elem_id="model-picker", scale=0, min_width=340)
+                                     elem_id="model-picker", scale=1, min_width=420)
             self.status = gr.Textbox(value=service.model_status().text, label="Model status", interactive=False,
                                      elem_id="model-status", scale=1)
         self.timer = gr.Timer(1.0)

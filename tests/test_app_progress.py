@@ -120,3 +120,21 @@ def test_compare_speedup_is_per_output_token_and_says_when_lengths_differ():
     assert table[1][8] == "3.92×" and table[0][8] == "1.00×"
     assert "the outputs differ (plain decoding 200, copy-as-decode 157 tokens)" in length_note(rows)
     assert length_note(rows[:1]) == ""
+
+
+def test_downloads_share_one_folder_pruned_and_removed_on_close(tmp_path, monkeypatch):
+    """Issue 12 item 8: every edit and export left a /tmp/copy-as-decode-* folder forever."""
+    import tempfile
+    from pathlib import Path
+
+    from app.downloads import DownloadFolder
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    folder = DownloadFolder(keep_files=3)
+    paths = [Path(folder.write("a\r\nb", "../../etc/out.txt")) for _ in range(5)]
+    assert [p.name for p in paths] == ["out.txt"] * 5 and len({p.parent for p in paths}) == 5
+    assert paths[-1].read_bytes() == b"a\r\nb" and all(p.is_relative_to(folder.root) for p in paths)
+    assert [p.exists() for p in paths] == [False, False, True, True, True]  # only the newest 3 kept
+    assert [p.name for p in tmp_path.iterdir()] == [folder.root.name]  # one folder for the whole app
+    folder.close()
+    assert list(tmp_path.iterdir()) == []

@@ -350,3 +350,39 @@ def test_concurrent_users_both_saved(ui, service):
         thread.join(120)
     ids = {edit_id_in(results[k][ui.edit.status]) for k in ("u1", "u2")}
     assert len(ids) == 2 and all(service.storage.get_edit(i).output == "a\nc\n" for i in ids)
+
+
+def test_a_typed_desired_result_takes_the_inputs_crlf_and_says_so(ui, service):
+    """Issue 12 item 10: the textarea turns the target's CRLF into LF; the oracle then copied nothing."""
+    e = ui.edit
+    typed_target = TARGET.replace("\r\n", "\n")
+    merged, _ = merge(run_edit(ui, SOURCE.replace("\r\n", "\n"), "Rename greet to welcome.", "reference",
+                               typed_target, 200, "crlf", uploaded=SOURCE))
+    assert merged[e.output] == TARGET  # CRLF kept, and the copies were real
+    assert "LF line endings became CRLF, as in the input" in merged[e.status]
+    row = stored_row(service, edit_id_in(merged[e.status]))
+    assert row["target"] == TARGET and json.loads(row["metrics"])["tokens_copied"] > 0
+
+
+def test_the_desired_result_can_be_uploaded_byte_exact(ui, tmp_path):
+    e = ui.edit
+    upload = tmp_path / "target.py"
+    upload.write_bytes(TARGET.encode("utf-8"))
+    shown = e.on_target_upload(str(upload))
+    assert shown[e.target_uploaded] == TARGET and "CRLF line endings (kept exactly)" in shown[e.status]
+    request, note = e.request_from(MODEL, SOURCE, "x", "reference", TARGET.replace("\r\n", "\n"), 64, SOURCE, TARGET)
+    assert request.target == TARGET and note is None
+
+
+def test_history_pages_and_searches(ui, service):
+    h = ui.history
+    for i in range(55):
+        service.storage.create_session(kind="edit", model=MODEL, mode="model", title=f"paging probe {i}")
+    first = h.listing()
+    assert "page 1 of" in first[h.status] and len(first[h.table]) == 50
+    older = h.listing(first[h.view], +1)
+    assert "page 2 of" in older[h.status] and older[h.table][0][0] < first[h.table][-1][0]
+    assert older[h.table][0][3].startswith(("paging probe", "Rename", "Set", "Rewrite", "x", "humaneval"))
+    found = h.find("paging probe 54")
+    assert found[h.table][0][3] == "paging probe 54" and "matching 'paging probe 54'" in found[h.status]
+    assert h.find("#1")[h.table][0][0] == 1

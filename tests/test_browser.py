@@ -316,7 +316,7 @@ def test_cancel_is_inactive_when_idle_and_delete_asks_first(app_page, server):
     before = _db(server, "select count(*) from sessions")
     page.click("#hist-delete")
     _wait_status(page, "hist-status", "confirm: delete session #")
-    assert "edit(s)" in page.locator("#hist-confirm").inner_text()
+    assert "edit(s)" in page.locator("#hist-confirm").first.inner_text()
     page.click("#hist-keep")
     _wait_status(page, "hist-status", "nothing deleted")
     assert _db(server, "select count(*) from sessions") == before

@@ -60,7 +60,7 @@ class EditTab:
         )
         self.upload = gr.File(
             label="…or upload a UTF-8 text file (line endings are kept exactly)", type="filepath",
-            elem_id="edit-upload", height=120,
+            elem_id="edit-upload", height=160,
         )
         self.instruction = gr.Textbox(label="Instruction", lines=2, elem_id="edit-instruction",
                                       placeholder="e.g. Rename greet to welcome.")
@@ -73,7 +73,7 @@ class EditTab:
             self.target = gr.Textbox(label="Desired result (reference mode)", lines=8, max_lines=30,
                                      elem_id="edit-target", elem_classes=["mono"])
             self.target_upload = gr.File(label="…or upload the desired result (exact bytes)", type="filepath",
-                                         elem_id="edit-target-upload", height=120)
+                                         elem_id="edit-target-upload", height=160)
         self.max_tokens = gr.Slider(
             1, limits.max_new_tokens, value=min(limits.default_new_tokens, limits.max_new_tokens), step=1,
             label="Max new tokens (the tokens the model chooses; forced tag tokens come on top)",
