@@ -17,6 +17,7 @@ then every other id by a small deterministic tie-break (lower ids first).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -118,6 +119,7 @@ class FakeCache:
         self.script = script
         self.token_ids: list[int] = []
         self.forwards = 0
+        self.step_seconds: list[float] = []
 
     @property
     def length(self) -> int:
@@ -141,12 +143,24 @@ class FakeCache:
     def append_span(self, token_ids: Sequence[int]) -> torch.Tensor:
         if not token_ids:
             raise ValueError("empty span: nothing to append")
+        started = time.perf_counter()
         self.token_ids.extend(int(t) for t in token_ids)
         self.forwards += 1
-        return self._logits()
+        logits = self._logits()
+        if len(token_ids) == 1:  # a decode step, timed as kv.SequenceCache times it
+            self.step_seconds.append(time.perf_counter() - started)
+        return logits
 
     def step(self, token_id: int) -> torch.Tensor:
         return self.append_span([token_id])
+
+    def prefill(self, token_ids: Sequence[int], *, chunk: int = 256, cancel: Any = None) -> torch.Tensor | None:
+        logits = None
+        for start in range(0, len(token_ids), chunk):
+            if cancel is not None and cancel.is_set():
+                return None
+            logits = self.append_span(token_ids[start:start + chunk])
+        return logits
 
     def rollback(self, k: int) -> None:
         if k < 0 or k > self.length:

@@ -138,6 +138,49 @@ def test_cancel_before_the_first_token(grammar):
     assert result.stop_reason == "cancel" and result.partial and result.output == "" and result.metrics.forwards == 0
 
 
+class CancelOnCall:
+    """A cancel flag that turns on at its n-th `is_set()` call."""
+
+    def __init__(self, n):
+        self.calls, self.n = 0, n
+
+    def is_set(self):
+        self.calls += 1
+        return self.calls >= self.n
+
+
+def test_cancel_during_a_chunked_prefill(grammar):
+    model = FakeModel("<gen>a</gen>")
+    cancel = CancelOnCall(2)  # the first chunk goes in, the second is refused
+    events = list(decode_program(model, SOURCE * 200, "Edit.", grammar=grammar, max_new_tokens=50, cancel=cancel))
+    result = events[-1].result
+    assert [e.kind for e in events] == ["done"]
+    assert result.stop_reason == "cancel" and result.partial and result.output == "" and result.metrics.forwards == 0
+    plain = run_to_result(decode_plain(model, [1] * 600, max_new_tokens=5, cancel=CancelOnCall(2)))
+    assert plain.stop_reason == "cancel" and plain.output == "" and plain.metrics.forwards == 0
+
+
+def test_without_a_cancel_flag_the_prompt_is_one_forward(grammar):
+    model = FakeModel("<gen>a</gen>")
+    events = list(decode_program(model, SOURCE * 200, "Edit.", grammar=grammar, max_new_tokens=50))
+    assert events[-1].result.stop_reason == "eos"
+    cache = model.new_cache()
+    assert cache.prefill([1] * 600, chunk=600) is not None and cache.forwards == 1
+
+
+def test_decode_steps_are_the_one_token_forwards(grammar):
+    _, result = decode(FakeModel("<gen>abc</gen>"), grammar)
+    # Every chosen token goes in alone (no copy, no forced text after '<gen' ... '>'): the forwards
+    # of one token are '<', 'a', 'b', 'c', '<', '/', 'g', 'e', 'n', '>' (after '<g', 'en>' is forced
+    # and enters with 'g' in one forward of 4 tokens).
+    assert result.metrics.decode_steps == result.metrics.forwards - 1
+    assert result.metrics.decode_step_seconds > 0
+    text = "alpha beta\n"
+    model = FakeModel(text)
+    plain = run_to_result(decode_plain(model, model.tokenizer.encode("<|im_start|>assistant\n"), max_new_tokens=100))
+    assert plain.metrics.decode_steps == plain.metrics.forwards == len(text)
+
+
 def test_an_empty_program_is_complete(grammar):
     _, result = decode(FakeModel(""), grammar)
     assert result.stop_reason == "eos" and result.program == "" and result.output == ""

@@ -25,7 +25,7 @@ import time
 from typing import Any, Callable, Iterator, Sequence
 
 from backend.runtime.events import DecodeEvent, DecodeMetrics, DecodeResult
-from backend.runtime.handle import ModelHandle
+from backend.runtime.handle import ModelHandle, prefill_prompt
 from backend.runtime.sampling import make_generator, sample_token
 
 # Choose the token at output position `index` from logits [V]; None = the target has ended.
@@ -116,10 +116,12 @@ def _decode(
     drafted = accepted_drafts = 0
 
     started = time.perf_counter()
-    produced = [choose(cache.append_span(prompt), 0)]  # prefill: logits [V] -> the first token
+    first = prefill_prompt(cache, prompt, cancel)  # logits [V]; None when cancelled during the prefill
+    produced = [choose(first, 0)] if first is not None else []
     prefill_seconds = time.perf_counter() - started
     t0 = time.perf_counter()
     base = cache.forwards  # the prefill is not counted
+    base_steps = len(cache.step_seconds)
 
     def forwards() -> int:
         return cache.forwards - base
@@ -127,7 +129,7 @@ def _decode(
     def elapsed() -> float:
         return time.perf_counter() - t0
 
-    stop_reason = None
+    stop_reason = None if first is not None else "cancel"
     while True:
         # 1. take the tokens the last forward produced (stop at the end of target, EOS or max tokens)
         taken: list[int] = []
@@ -189,6 +191,7 @@ def _decode(
         draft_tokens=drafted,
         output_tokens=len(output),
         prompt_tokens=len(prompt),
+        **DecodeMetrics.step_timing(cache.step_seconds[base_steps:]),
     )
     result = DecodeResult(
         strategy=strategy, mode=mode, output=detok.text(), program=None,

@@ -60,9 +60,11 @@ from backend.core.program import CopyLines, Gen, Op
 from backend.core.resolve import resolve_program
 from backend.runtime.events import DecodeEvent, DecodeMetrics, DecodeResult
 from backend.runtime.grammar import Grammar
-from backend.runtime.handle import DecodeCache, ModelHandle
+from backend.runtime.handle import DecodeCache, ModelHandle, prefill_prompt
+from backend.runtime.hybrid import GenDrafting
 from backend.runtime.loop_guard import LoopGuard
 from backend.runtime.program_text import ForcedProgram, ProgramStream, check_forced, encode_text
+from backend.runtime.prompt_lookup import PromptLookupSetting
 from backend.runtime.prompt import program_prompt_ids, prompt_style
 from backend.runtime.sampling import make_generator
 
@@ -116,8 +118,10 @@ class DecodeRun:
     counts: Counts = field(default_factory=Counts)
     stop_reason: str | None = None
     error: str | None = None
-    base_forwards: int = 0
+    base_forwards: int = 0     # cache.forwards after the prompt prefill
+    base_steps: int = 0        # len(cache.step_seconds) after the prompt prefill
     started: float = 0.0
+    drafting: GenDrafting | None = None  # hybrid: prompt-lookup drafts inside gens (hybrid.py)
 
     @property
     def fsm(self) -> TokenFSM:
@@ -292,12 +296,15 @@ def decode_program(
     force_program: str | None = None,
     grammar: Grammar | None = None,
     prompt_ids: Sequence[int] | None = None,
+    hybrid: PromptLookupSetting | None = None,
 ) -> Iterator[DecodeEvent]:
     """Copy-as-decode: the model writes a program under the FSM; copies enter the cache in one
     forward each. Yields tag / copy / gen events, then one done event with the DecodeResult.
 
     `force_program` (mode "reference"): that program text is forced instead of sampled.
     `grammar`: the model's Grammar (the engine passes the one it owns; built here when None, ~0.3 s).
+    `hybrid` (a prompt-lookup setting): inside gens, drafts checked in the same forward as the
+    pending token (backend/runtime/hybrid.py); the output is unchanged, forwards fewer.
     `prompt_ids`: the program prompt already tokenised (default: `program_prompt_ids` in the
     model's prompt style).
     Stops at EOS ("eos"), the end of a forced program ("complete"), `max_new_tokens` program tokens
@@ -326,6 +333,7 @@ def decode_program(
         context_length=loaded.spec.context_length, cancel=cancel, forced=forced,
         sampling=(temperature, top_p, make_generator(seed) if temperature > 0 and forced is None else None),
         guard=LoopGuard() if forced is None else None,
+        drafting=GenDrafting(hybrid, next_token, take_token, jump_forward) if hybrid is not None else None,
     )
     return _decode(run, list(prompt_ids))
 
@@ -333,11 +341,18 @@ def decode_program(
 def _decode(run: DecodeRun, prompt: list[int]) -> Iterator[DecodeEvent]:
     """Prefill the prompt, then climb the ladder until a step stops the run."""
     started = time.perf_counter()
-    logits: torch.Tensor | None = run.cache.append_span(prompt)  # [V]
+    logits = prefill_prompt(run.cache, prompt, run.cancel)  # [V], None when cancelled during the prefill
     prefill_seconds = time.perf_counter() - started
-    run.started, run.base_forwards = time.perf_counter(), run.cache.forwards
+    run.started, run.base_forwards, run.base_steps = time.perf_counter(), run.cache.forwards, len(run.cache.step_seconds)
+    if logits is None:
+        run.stop("cancel")
     try:
         while not should_stop(run):
+            drafts = run.drafting.drafts(run) if run.drafting is not None else []
+            if drafts:  # hybrid: pending + drafts in one forward (backend/runtime/hybrid.py)
+                logits, events = run.drafting.forward(run, drafts)  # type: ignore[union-attr]
+                yield from events
+                continue
             logits = forward_pending(run, logits)
             if logits is None:
                 break
@@ -376,9 +391,12 @@ def finish(run: DecodeRun, *, prompt_tokens: int, prefill_seconds: float) -> Dec
         tokens_copied=counts.copied, tokens_generated=counts.gen, tokens_tag=counts.tag,
         forwards=run.cache.forwards - run.base_forwards, wall_seconds=wall, prefill_seconds=prefill_seconds,
         tokens_per_second=output_tokens / wall if wall > 0 else 0.0, jump_forward_tokens=counts.jump,
-        boundary_retokenized=counts.boundary, retokenized_tokens=counts.boundary_tokens, accepted_draft_tokens=0,
+        boundary_retokenized=counts.boundary, retokenized_tokens=counts.boundary_tokens,
+        accepted_draft_tokens=run.drafting.accepted if run.drafting else 0,
+        draft_tokens=run.drafting.drafted if run.drafting else None,
         output_tokens=output_tokens, program_tokens=counts.program,
         copies=sum(isinstance(op, CopyLines) for op in final_ops), prompt_tokens=prompt_tokens,
+        **DecodeMetrics.step_timing(run.cache.step_seconds[run.base_steps:]),
     )
     return DecodeResult(
         strategy="cad", mode="reference" if run.forced is not None else "model", output=output,

@@ -7,6 +7,8 @@ mid-stream.
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -41,6 +43,14 @@ class DecodeMetrics:
     program_tokens: int | None = None         # tag + gen tokens of the program (cad only)
     copies: int | None = None                 # copy ops in the final program (cad only)
     prompt_tokens: int           # tokens of the prompt
+    decode_step_seconds: float | None = None  # median wall seconds of this run's one-token forwards
+    decode_steps: int | None = None           # how many one-token forwards this run made
+
+    @staticmethod
+    def step_timing(step_seconds: Sequence[float]) -> dict[str, Any]:
+        """decode_step_seconds / decode_steps from a cache's `step_seconds` list."""
+        return {"decode_step_seconds": statistics.median(step_seconds) if step_seconds else None,
+                "decode_steps": len(step_seconds)}
 
     def to_dict(self) -> dict[str, Any]:
         """The metrics as a plain dict, in field order, without the fields that do not apply."""

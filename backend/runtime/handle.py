@@ -10,7 +10,8 @@ the baselines and the engine without their code asking what it is:
 `DecodeCache` is the interface of `backend.runtime.kv.SequenceCache`: it counts every forward
 (`forwards`), mirrors the cache's tokens (`token_ids`, `length`) and returns float32 torch logits
 (on any device; the grammar builds its masks on `ModelHandle.device`). `rollback(k)` drops the last
-k positions; `truncate(n)` keeps the first n.
+k positions; `truncate(n)` keeps the first n; `prefill` appends a prompt in chunks, checking a
+cancel flag between them; `step_seconds` times every one-token forward (a run's own step time).
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ if TYPE_CHECKING:
 class DecodeCache(Protocol):
     """One sequence's KV cache: every append is one forward, counted in `forwards`."""
 
-    token_ids: list[int]   # the tokens the cache holds, in order
-    forwards: int          # forward passes run so far (the prompt prefill included)
+    token_ids: list[int]       # the tokens the cache holds, in order
+    forwards: int              # forward passes run so far (the prompt prefill included)
+    step_seconds: list[float]  # wall seconds of every one-token forward, in order
 
     @property
     def length(self) -> int: ...
@@ -40,6 +42,11 @@ class DecodeCache(Protocol):
 
     def append_span(self, token_ids: Sequence[int]) -> torch.Tensor:
         """Append N tokens in one forward; the logits [V] after the last of them."""
+        ...
+
+    def prefill(self, token_ids: Sequence[int], *, chunk: int = 256, cancel: Any = None) -> torch.Tensor | None:
+        """Append N tokens in forwards of at most `chunk` tokens; the logits [V] after the last, or
+        None when `cancel.is_set()` before a chunk (the chunks done stay in the cache)."""
         ...
 
     def append_span_all(self, token_ids: Sequence[int]) -> torch.Tensor:
@@ -81,3 +88,14 @@ class ModelHandle(Protocol):
     def new_cache(self) -> DecodeCache:
         """An empty cache for one sequence on this model."""
         ...
+
+
+def prefill_prompt(cache: DecodeCache, prompt_ids: Sequence[int], cancel: Any = None) -> torch.Tensor | None:
+    """The prompt into an empty cache: the logits [V] after it, or None when cancelled first.
+
+    Without a cancel flag: one forward (as `append_span`: a benchmark's numbers do not depend on a
+    chunk size). With one: forwards of 256 tokens, the flag checked before each, so a cancel during
+    a long prompt takes effect within one chunk (a 6.9k-character input took 8.5 s to prefill)."""
+    if cancel is None:
+        return cache.prefill(prompt_ids, chunk=max(1, len(prompt_ids)))
+    return cache.prefill(prompt_ids, cancel=cancel)
