@@ -69,3 +69,11 @@ def test_summarize__rates_per_kind_and_speed_as_ratio_of_sums():
 
 def test_pooled_speed__no_common_cases():
     assert pooled_speed([_row("a", "exact", 1.0)])["totals"]["cad"]["seconds"] == 1.0
+
+
+def test_line_similarity__exact_is_one_and_a_lost_file_is_zero():
+    from backend.training.evaluate import line_similarity
+
+    assert line_similarity("a\nb\n", "a\nb\n") == 1.0
+    assert line_similarity("", "a\nb\n") == 0.0
+    assert 0.0 < line_similarity("a\nc\n", "a\nb\n") < 1.0

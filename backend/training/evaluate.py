@@ -3,13 +3,16 @@
 Per corpus and per kind: programs finished and valid, exact match, and a failure taxonomy of the
 copy-as-decode run (`classify`):
 
-    exact            the output equals the target
+    exact            the output equals the target (and no error was reported)
     unfinished       the program did not end (token limit, context full, loop, cancel)
     invalid          it ended but cannot be resolved (or the decoder reported an error)
     off_by_one_start / off_by_one_end   same items as the oracle program, one copy's start / end off by 1
     wrong_range      same item kinds as the oracle, a copy range off by more
     wrong_gen_text   every copy range right, a generated text wrong
     wrong_structure  items differ from the oracle's in kind or number
+
+`line_similarity` (difflib's ratio over the output's and the target's lines, mean over cases) is a
+progress signal below exact match.
 
 Speed (`--strategy ar --strategy pld`, on the first `--speed-limit` cases): the same case decoded
 by plain decoding and prompt lookup of the same model in the same process; seconds are summed per
@@ -21,6 +24,7 @@ Last stdout line: {"model", "corpora": {NAME: {"cases", "finished_valid", "exact
 
 from __future__ import annotations
 
+import difflib
 from collections import Counter, defaultdict
 from typing import Any
 
@@ -82,6 +86,12 @@ def compare_programs(ops: list[Any], oracle: list[Any]) -> str:
     return "wrong_structure"
 
 
+def line_similarity(output: str, target: str) -> float:
+    """How close an output is to the target, 0..1: difflib's ratio over lines (1.0 = exact). A
+    progress signal below exact match: a program one line off scores near 1, a lost file near 0."""
+    return difflib.SequenceMatcher(None, output.splitlines(), target.splitlines(), autojunk=False).ratio()
+
+
 def _metric(result: Any, name: str) -> float:
     metrics = result.metrics
     value = metrics.get(name) if isinstance(metrics, dict) else getattr(metrics, name, None)
@@ -113,6 +123,7 @@ class Evaluation:
             }
             if strategy == "cad":
                 row["outcome"] = classify(result, case, oracle)
+                row["line_similarity"] = line_similarity(result.output, case.target)
                 row["program"] = result.program
                 row["error"] = result.error
         return row
@@ -144,6 +155,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "finished_valid": finished / cases if cases else 0.0,
         "exact_match": outcomes["exact"] / cases if cases else 0.0,
         "failures": dict(sorted((k, v) for k, v in outcomes.items() if k != "exact")),
+        "line_similarity": sum(r.get("line_similarity", 0.0) for r in rows) / cases if cases else 0.0,
         "per_kind": per_kind,
         "speed": pooled_speed(rows),
     }
