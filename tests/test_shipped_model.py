@@ -5,7 +5,7 @@ Measured for the adapter shipped on 2026-11-30 (greedy, deterministic): 14/14 pr
 valid (the untrained model with the few-shot prompt finishes none), 0/14 exact, mean line similarity
 0.914 (an unchanged copy of the input scores 0.956). So this checks the learned format and the whole
 path (models.yaml adapter entry, merge, zero-shot prompt, FSM, evaluate); it cannot yet check an
-exact-match floor, because the shipped model does not reach one: raise EXACT_FLOOR when it does.
+exact-match floor, because the shipped model does not reach one: add that assertion when it does.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SUBSET = ROOT / "tests" / "fixtures" / "cad-dev-subset.jsonl"
 MODEL = "smollm2-135m-cad"
 FINISHED_FLOOR = 0.85
-EXACT_FLOOR = 0.0       # measured 0/14: see the module docstring
 SIMILARITY_FLOOR = 0.80  # measured 0.914
 
 pytestmark = pytest.mark.slow
@@ -60,5 +59,4 @@ def test_evaluate_json__has_the_documented_shape(evaluation):
 def test_shipped_model__finishes_programs_and_edits_exactly(evaluation):
     corpus = evaluation["corpora"][str(SUBSET)]
     assert corpus["finished_valid"] >= FINISHED_FLOOR
-    assert corpus["exact_match"] >= EXACT_FLOOR
     assert corpus["line_similarity"] >= SIMILARITY_FLOOR
