@@ -26,42 +26,18 @@ from typing import Any, Callable, Iterator, Sequence
 
 from backend.runtime.events import DecodeEvent, DecodeMetrics, DecodeResult
 from backend.runtime.handle import ModelHandle, prefill_prompt
+from backend.runtime.prompt_lookup import prompt_lookup_candidates
 from backend.runtime.sampling import make_generator, sample_token
+
+__all__ = [
+    "decode_plain", "decode_prompt_lookup", "prompt_lookup_candidates", "replay_plain", "replay_prompt_lookup",
+    "run_to_result",
+]
 
 # Choose the token at output position `index` from logits [V]; None = the target has ended.
 Chooser = Callable[[Any, int], "int | None"]
 # Draft tokens given prompt + output so far and how many drafts may be checked.
 Drafter = Callable[[list[int], int], list[int]]
-
-
-def prompt_lookup_candidates(
-    ids: Sequence[int], *, max_ngram_size: int = 2, num_pred_tokens: int = 10, eos_ids: Sequence[int] = ()
-) -> list[int]:
-    """Drafts as transformers' PromptLookupCandidateGenerator.get_candidates (5.24) proposes them.
-
-    For n = max_ngram_size .. 1: find the first (left-to-right) earlier occurrence of the last n
-    tokens that has a continuation; propose up to num_pred_tokens tokens that followed it, cut
-    before the first EOS. [] when nothing matches. Rejects sizes <= 0 (ValueError).
-    """
-    if max_ngram_size <= 0 or num_pred_tokens <= 0:
-        raise ValueError("max_ngram_size and num_pred_tokens must be positive")
-    ids = list(ids)
-    n = len(ids)
-    for size in range(min(max_ngram_size, n - 1), 0, -1):
-        tail = ids[n - size:]
-        start = -1
-        while True:
-            try:  # a match starting at n - size has no continuation: search before it
-                start = ids.index(tail[0], start + 1, n - size)
-            except ValueError:
-                break
-            if ids[start:start + size] == tail:
-                chosen = ids[start + size:min(start + size + num_pred_tokens, n)]
-                for i, token in enumerate(chosen):
-                    if token in eos_ids:
-                        return chosen[:i]
-                return chosen
-    return []
 
 
 class _Detokenizer:
