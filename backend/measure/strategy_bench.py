@@ -258,6 +258,6 @@ def hybrid_runner() -> Callable[[Any, PreparedCase], Any] | None:
         program = engine.reference_program(request.source, request.target)
         return run_to_result(decode_program(
             engine.loaded, request.source, request.instruction, max_new_tokens=None, force_program=program,
-            grammar=engine.grammar, prompt_ids=case.program.prompt_ids, hybrid=DEFAULT_HYBRID))  # type: ignore[call-arg]
+            grammar=engine.grammar, prompt_ids=case.program.prompt_ids, hybrid=DEFAULT_HYBRID))
 
     return run
