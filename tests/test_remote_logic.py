@@ -107,7 +107,7 @@ def test_length_stop__partial_keeps_completed_items() -> None:
     client = FakeClient([(['<copy lines="1-2'], "stop"), (["<gen>", "x x x"], "length")])
     _, result = run(client, max_new_tokens=50)
     assert result.stop_reason == "max_tokens" and result.partial
-    assert result.output == "a = 1\nb = 2\n"
+    assert result.output == "a = 1\nb = 2\nx x x"  # the unclosed gen's text is kept, as in-process
 
 
 def test_unreachable_server__error_result() -> None:

@@ -142,6 +142,8 @@ def remote_program(
             text = done.text
             if done.finish_reason == "length":
                 stop_reason = "max_tokens"
+                if text.startswith(GEN_PREFIX) and len(text) > len(GEN_PREFIX):
+                    ops.append(Gen(text[len(GEN_PREFIX):]))  # as in-process: an unclosed gen's text is kept
             elif not text:
                 stop_reason = "eos"
             elif text.startswith(GEN_PREFIX):
