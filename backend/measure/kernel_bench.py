@@ -57,6 +57,49 @@ def _random_ids(count: int, vocab: int, seed: int) -> list[int]:
     return torch.randint(0, vocab, (count,), generator=generator).tolist()
 
 
+class _Bench:
+    """One sequence cache after a fixed context: a span prefilled in one forward, or stepped token by
+    token, each timed and rolled back so every run starts from the same context."""
+
+    def __init__(self, loaded: Any, context_ids: list[int]) -> None:
+        from backend.runtime.kv import SequenceCache
+
+        self.timer = _Timer(loaded.device)
+        self.cache = SequenceCache(loaded.model)
+        self.cache.append_span(context_ids)
+
+    def prefill(self, span: list[int]) -> tuple[float, Any]:
+        seconds, logits = self.timer(lambda: self.cache.append_span(span))
+        self.cache.rollback(len(span))
+        return seconds, logits
+
+    def steps(self, span: list[int]) -> tuple[float, Any]:
+        def run() -> Any:
+            logits = self.cache.step(span[0])
+            for token in span[1:]:
+                logits = self.cache.step(token)
+            return logits
+
+        seconds, logits = self.timer(run)
+        self.cache.rollback(len(span))
+        return seconds, logits
+
+    def row(self, span: list[int], repeats: int) -> dict[str, Any]:
+        """Median prefill and steps seconds of `span` over `repeats`, and whether their logits agree."""
+        prefill_times, steps_times = [], []
+        diff, same_argmax = 0.0, True
+        for _ in range(repeats):
+            t, last_prefill = self.prefill(span)
+            prefill_times.append(t)
+            t, last_step = self.steps(span)
+            steps_times.append(t)
+            diff = max(diff, float((last_prefill - last_step).abs().max()))
+            same_argmax = same_argmax and int(last_prefill.argmax()) == int(last_step.argmax())
+        prefill_s, steps_s = statistics.median(prefill_times), statistics.median(steps_times)
+        return {"n": len(span), "prefill_seconds": prefill_s, "steps_seconds": steps_s, "speedup": steps_s / prefill_s,
+                "max_abs_logit_diff": diff, "argmax_equal": same_argmax}
+
+
 def bench_kernel(
     loaded: Any,
     *,
@@ -68,10 +111,6 @@ def bench_kernel(
 ) -> dict[str, Any]:
     """The kernel table for `loaded` (a LoadedModel). Rejects n < 1, context < 1, repeats < 1 and
     context + max(n) beyond the model's context length (ValueError)."""
-    import torch
-
-    from backend.runtime.kv import SequenceCache
-
     ns = sorted(set(int(n) for n in ns))
     if not ns or ns[0] < 1:
         raise ValueError("every n must be >= 1")
@@ -82,55 +121,20 @@ def bench_kernel(
         raise ValueError(f"context {context} + n {ns[-1]} exceeds the model's context length {limit}")
     tokenizer_size = len(loaded.tokenizer) if loaded.tokenizer is not None else loaded.vocab_size
     vocab = min(loaded.vocab_size, tokenizer_size)
-    timer = _Timer(loaded.device)
-    cache = SequenceCache(loaded.model)
-    cache.append_span(_random_ids(context, vocab, seed))
-
-    def prefill(span: list[int]) -> torch.Tensor:
-        return cache.append_span(span)
-
-    def steps(span: list[int]) -> torch.Tensor:
-        logits = cache.step(span[0])
-        for token in span[1:]:
-            logits = cache.step(token)
-        return logits
-
+    bench = _Bench(loaded, _random_ids(context, vocab, seed))
     # warm-up: kernels, allocator and caches (first runs are 4-10x slower)
     warm = _random_ids(max(ns), vocab, seed + 1)
     for _ in range(2):
         for n in ns:
-            timer(lambda: prefill(warm[:n]))
-            cache.rollback(n)
-        timer(lambda: steps(warm[:8]))
-        cache.rollback(min(8, len(warm)))
-
+            bench.prefill(warm[:n])
+        bench.steps(warm[:8])
     rows = []
-    step_times: list[float] = []
     for n in ns:
-        span = _random_ids(n, vocab, seed + 1000 + n)
-        prefill_times, steps_times = [], []
-        diff, same_argmax = 0.0, True
-        for _ in range(repeats):
-            t, last_prefill = timer(lambda: prefill(span))
-            cache.rollback(n)
-            prefill_times.append(t)
-            t, last_step = timer(lambda: steps(span))
-            cache.rollback(n)
-            steps_times.append(t)
-            diff = max(diff, float((last_prefill - last_step).abs().max()))
-            same_argmax = same_argmax and int(last_prefill.argmax()) == int(last_step.argmax())
-        prefill_s, steps_s = statistics.median(prefill_times), statistics.median(steps_times)
-        step_times.append(steps_s / n)
-        rows.append({
-            "n": n,
-            "prefill_seconds": prefill_s,
-            "steps_seconds": steps_s,
-            "speedup": steps_s / prefill_s,
-            "max_abs_logit_diff": diff,
-            "argmax_equal": same_argmax,
-        })
+        row = bench.row(_random_ids(n, vocab, seed + 1000 + n), repeats)
+        rows.append(row)
         if progress:
-            progress(f"n={n}: prefill {prefill_s:.4g} s, {n} steps {steps_s:.4g} s, speed-up {steps_s / prefill_s:.3g}x")
+            progress(f"n={n}: prefill {row['prefill_seconds']:.4g} s, {n} steps {row['steps_seconds']:.4g} s, "
+                     f"speed-up {row['speedup']:.3g}x")
     return {
         "kind": "kernel-table",
         "model": loaded.spec.name,
@@ -138,7 +142,8 @@ def bench_kernel(
         "device": loaded.device.type,
         "dtype": str(loaded.dtype).replace("torch.", ""),
         "context": context,
-        "step_seconds": step_times[0],  # per-token decode step at the context (smallest n: least growth)
+        # per-token decode step at the context (smallest n: least growth)
+        "step_seconds": rows[0]["steps_seconds"] / rows[0]["n"],
         "repeats": repeats,
         "rows": rows,
         "machine": machine_info(loaded.device),
