@@ -7,6 +7,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+LLAMA_STAMP := $(VENV)/.llamacpp-installed
 
 .PHONY: setup run test browser cli clean
 
@@ -17,7 +18,13 @@ $(STAMP): requirements.txt requirements-nodeps.txt
 	$(PY) -m pip install -q --no-deps -r requirements-nodeps.txt
 	touch $(STAMP)
 
-setup: $(STAMP)
+# llama.cpp (the CPU runtime and its server): compiled from source on the first install, then
+# reused from pip's wheel cache. `nice` keeps the compile from starving whatever else runs.
+$(LLAMA_STAMP): $(STAMP) requirements-llamacpp.txt
+	nice -n 5 $(PY) -m pip install -q -r requirements-llamacpp.txt
+	touch $(LLAMA_STAMP)
+
+setup: $(STAMP) $(LLAMA_STAMP)
 
 # Browser tests drive Debian's chromium (Playwright's own browser download cannot work offline).
 browser:
