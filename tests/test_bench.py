@@ -43,6 +43,8 @@ def test_bench_prints_every_strategy_and_one_json_line(corpus, capsys):
     assert best["forwards"] == summary["forwards"]["pld-best"]
     assert summary["sweep"][DEFAULT_SETTING.label]["forwards"] == summary["forwards"]["pld"]
     assert summary["forwards"]["cad"] < summary["forwards"]["ar"]
+    # hybrid drafting replaces a decode step's forward, never adds one
+    assert summary["forwards"]["cad-hybrid"] <= summary["forwards"]["cad"] and summary["exact"]["cad-hybrid"]
     assert summary["tags"]["cad"]["copies"] > 0 and summary["tags"]["cad"]["tag_steps_per_copy"] > 0
     ratio = summary["speedup_vs_ar"]["cad"]
     assert ratio == pytest.approx(summary["seconds"]["ar"] / summary["seconds"]["cad"])
