@@ -1,0 +1,118 @@
+"""The remote engine for real: llama-cpp-python's server on loopback with the embedded GGUF.
+
+The server is started here (`python -m llama_cpp.server`), the client speaks HTTP to it; the same
+model in-process (llama.cpp runtime) is the reference for greedy plain decoding.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from backend.core.program import CopyLines, parse_program
+from backend.core.resolve import resolve_program
+from backend.runtime.models import get_spec, gguf_path
+from backend.runtime.remote_client import CompletionsClient
+from backend.runtime.remote_engine import RemoteEditEngine
+from backend.runtime.request import EditError
+
+SOURCE = (
+    "import math\n"
+    "\n"
+    "def area(radius):\n"
+    "    return 3.14 * radius * radius\n"
+    "\n"
+    "print(area(2))\n"
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    port = _free_port()
+    log = Path(tmp_path_factory.mktemp("llama-server")) / "server.log"
+    command = [
+        sys.executable, "-m", "llama_cpp.server", "--model", str(gguf_path(get_spec("smollm2-135m"))),
+        "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "4096", "--verbose", "False",
+    ]
+    with open(log, "wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 180
+    while True:
+        try:
+            with urllib.request.urlopen(url + "/v1/models", timeout=5) as response:
+                if response.status == 200:
+                    break
+        except OSError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f"llama_cpp.server did not start: {log.read_text()[-2000:]}")
+        time.sleep(0.5)
+    yield url
+    process.terminate()
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
+@pytest.fixture(scope="module")
+def engine(server_url: str) -> RemoteEditEngine:
+    return RemoteEditEngine(CompletionsClient(server_url, "llamacpp"), model="smollm2-135m")
+
+
+def test_cad_through_the_server__a_valid_program_streamed_as_events(engine: RemoteEditEngine) -> None:
+    events = list(engine.run(SOURCE, "Use math.pi instead of 3.14.", strategy="cad", max_new_tokens=60))
+    result = events[-1].result
+    assert result is not None and result.strategy == "cad"
+    assert result.stop_reason in ("eos", "max_tokens"), result.error
+    ops = parse_program(result.program)
+    assert result.output == resolve_program(ops, SOURCE)  # every copy in range, i <= j
+    streamed_program = "".join(e.text for e in events if e.kind in ("tag", "gen"))
+    if result.stop_reason == "max_tokens" and streamed_program.count("<gen>") > streamed_program.count("</gen>"):
+        streamed_program += "</gen>"  # stopped inside a gen: its text so far is kept, unclosed
+    assert parse_program(streamed_program) == ops  # events carry the program exactly
+    copies = [e.text for e in events if e.kind == "copy"]
+    assert copies == [resolve_program([op], SOURCE) for op in ops if isinstance(op, CopyLines)]
+    assert result.metrics.program_tokens <= 60 + 12  # bounded by max_new_tokens (counted by our tokenizer)
+    assert result.metrics.forwards >= 1
+
+
+def test_plain_through_the_server__equals_in_process_llamacpp_greedy(engine: RemoteEditEngine) -> None:
+    from backend.runtime.engine import EditEngine
+    from backend.runtime.llamacpp import load_llamacpp
+
+    remote = engine.run_to_result(SOURCE, "Use math.pi instead of 3.14.", strategy="ar", max_new_tokens=24)
+    local_handle = load_llamacpp("smollm2-135m", n_ctx=2048)
+    try:
+        local = EditEngine(local_handle).run_to_result(SOURCE, "Use math.pi instead of 3.14.", strategy="ar", max_new_tokens=24)
+    finally:
+        local_handle.close()
+    assert remote.stop_reason in ("eos", "max_tokens") and remote.output
+    assert remote.output == local.output  # same weights, same prompt text, greedy: same tokens
+
+
+def test_remote_refuses_what_a_server_cannot_do(engine: RemoteEditEngine) -> None:
+    with pytest.raises(EditError, match="prompt lookup is a server setting"):
+        engine.validate(SOURCE, "x", strategy="pld")
+    with pytest.raises(EditError, match="reference mode needs an in-process runtime"):
+        engine.validate(SOURCE, "x", mode="reference", target=SOURCE)
+
+
+def test_unreachable_server__error_in_the_result_not_a_crash() -> None:
+    engine = RemoteEditEngine(CompletionsClient(f"http://127.0.0.1:{_free_port()}", "llamacpp"), model="smollm2-135m")
+    result = engine.run_to_result(SOURCE, "Use math.pi.", strategy="cad", max_new_tokens=8)
+    assert result.stop_reason == "error" and "cannot reach the llamacpp server" in result.error
