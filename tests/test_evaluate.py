@@ -77,3 +77,18 @@ def test_line_similarity__exact_is_one_and_a_lost_file_is_zero():
     assert line_similarity("a\nb\n", "a\nb\n") == 1.0
     assert line_similarity("", "a\nb\n") == 0.0
     assert 0.0 < line_similarity("a\nc\n", "a\nb\n") < 1.0
+
+
+def test_run_case__a_refused_request_is_a_failure_not_a_crash():
+    from backend.training.evaluate import Evaluation
+
+    class RefusingEngine:
+        def text_tokenizer(self):
+            return list
+
+        def run_to_result(self, *args, **kwargs):
+            raise ValueError("too long for the context")
+
+    row = Evaluation(RefusingEngine(), strategies=("cad", "ar"), speed_limit=None, max_new_tokens=10).run_case(0, CASE)
+    assert row["outcome"] == "refused" and "too long" in row["error"] and "ar" not in row
+    assert summarize([row])["failures"] == {"refused": 1}

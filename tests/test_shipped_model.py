@@ -53,7 +53,7 @@ def test_evaluate_json__has_the_documented_shape(evaluation):
         assert 0.0 <= rate <= 1.0
     assert sum(kind["cases"] for kind in corpus["per_kind"].values()) == 14
     assert set(corpus["failures"]) <= {"unfinished", "invalid", "off_by_one_start", "off_by_one_end", "wrong_range",
-                                       "wrong_gen_text", "wrong_structure"}
+                                       "wrong_gen_text", "wrong_structure", "refused"}
 
 
 def test_shipped_model__finishes_programs_and_edits_exactly(evaluation):

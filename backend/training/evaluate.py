@@ -10,6 +10,7 @@ copy-as-decode run (`classify`):
     wrong_range      same item kinds as the oracle, a copy range off by more
     wrong_gen_text   every copy range right, a generated text wrong
     wrong_structure  items differ from the oracle's in kind or number
+    refused          the engine refused the request (e.g. the input does not fit the model's context)
 
 `line_similarity` (difflib's ratio over the output's and the target's lines, mean over cases) is a
 progress signal below exact match.
@@ -113,8 +114,16 @@ class Evaluation:
         for strategy in self.strategies:
             if strategy != "cad" and self.speed_limit is not None and index >= self.speed_limit:
                 continue
-            result = self.engine.run_to_result(case.source, case.instruction or "Apply the edit.", strategy=strategy,
-                                               mode="model", max_new_tokens=self._budget(strategy, case))
+            try:
+                result = self.engine.run_to_result(case.source, case.instruction or "Apply the edit.", strategy=strategy,
+                                                   mode="model", max_new_tokens=self._budget(strategy, case))
+            except ValueError as error:  # the engine refuses it (e.g. longer than the model's context)
+                row[strategy] = {"exact": False, "stop_reason": "refused", "seconds": 0.0, "prefill_seconds": 0.0,
+                                 "forwards": 0, "output_tokens": 0}
+                if strategy == "cad":
+                    row.update(outcome="refused", program=None, error=str(error), line_similarity=0.0)
+                    break
+                continue
             row[strategy] = {
                 "exact": is_exact(result, case.target),
                 "stop_reason": result.stop_reason, "seconds": _metric(result, "wall_seconds"),
@@ -165,7 +174,7 @@ def pooled_speed(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Summed seconds, forwards and output tokens per strategy over the cases every strategy ran;
     speed-ups are ratios of summed seconds, and per output token."""
     strategies = sorted({s for r in rows for s in ("cad", "ar", "pld") if s in r})
-    common = [r for r in rows if all(s in r for s in strategies)]
+    common = [r for r in rows if all(s in r and r[s]["stop_reason"] != "refused" for s in strategies)]
     totals = {s: {"seconds": sum(r[s]["seconds"] for r in common), "forwards": sum(r[s]["forwards"] for r in common),
                   "output_tokens": sum(r[s]["output_tokens"] for r in common),
                   "exact": sum(r[s]["exact"] for r in common)} for s in strategies}
