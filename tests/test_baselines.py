@@ -168,7 +168,9 @@ def test_cancel_replay(tiny_model):
     cancel = threading.Event()
     cancel.set()
     result = run_to_result(replay_plain(tiny_model, [1, 2, 3], [5, 6, 7, 8], cancel=cancel))
-    assert result.partial and result.stop_reason == "cancel" and result.metrics.output_tokens == 1
+    # a cancel already set stops during the (chunked, cancellable) prompt prefill: nothing decoded
+    assert result.partial and result.stop_reason == "cancel" and result.metrics.output_tokens == 0
+    assert result.output == "" and result.metrics.forwards == 0
 
 
 def test_max_tokens_and_eos(tiny_model):

@@ -63,7 +63,7 @@ def test_edit_model_mode_streams_and_reports(files, capsys):
         (["edit", "--model", "no-such-model", "--source", "SOURCE"], "unknown model"),
         (["edit", "--model", "tiny-random", "--source", "SOURCE", "--strategy", "fast"], "invalid choice"),
         (["edit", "--model", "tiny-random", "--source", "SOURCE", "--max-new-tokens", "0"], "must be >= 1"),
-        (["edit", "--model", "tiny-random", "--source", "SOURCE", "--temperature", "-1"], "temperature"),
+        (["edit", "--model", "tiny-random", "--source", "SOURCE", "--instruction", "x", "--temperature", "-1"], "temperature"),
         (["edit", "--model", "tiny-random", "--source", "BINARY"], "not valid UTF-8"),
         (["replay", "no-such-corpus", "--model", "tiny-random"], "unknown corpus"),
         (["replay", "humanevalpack-python", "--limit", "0", "--model", "tiny-random"], "--limit must be >= 1"),
