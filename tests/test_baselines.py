@@ -44,8 +44,9 @@ def chat_ids(loaded, text):
 
 
 def check_stream(events: list[DecodeEvent]) -> DecodeResult:
-    """The event contract: gen events then exactly one done; cumulative counters never go back."""
-    assert [e.kind for e in events[:-1]] == ["gen"] * (len(events) - 1) and events[-1].kind == "done"
+    """The event contract: gen (and accepted-draft) events then exactly one done; cumulative
+    counters never go back; draft events carry exactly the accepted draft tokens."""
+    assert all(e.kind in ("gen", "draft") for e in events[:-1]) and events[-1].kind == "done"
     assert all(e.result is None for e in events[:-1])
     result = events[-1].result
     assert "".join(e.text for e in events) == result.output
@@ -55,6 +56,7 @@ def check_stream(events: list[DecodeEvent]) -> DecodeResult:
     assert forwards == sorted(forwards) and elapsed == sorted(elapsed)
     assert forwards[-1] == result.metrics.forwards
     assert result.program is None and result.error is None
+    assert sum(e.tokens for e in events if e.kind == "draft") == (result.metrics.accepted_draft_tokens or 0)
     return result
 
 
@@ -134,6 +136,11 @@ def test_replays_reproduce_the_target(tiny_model):
     assert plain.metrics.forwards == len(target_ids)
     assert pld.metrics.forwards + pld.metrics.accepted_draft_tokens == len(target_ids)
     assert pld.metrics.forwards < len(target_ids) // 2
+    # prompt lookup's accepted drafts are shown apart from the model's own tokens; plain has none
+    assert not [e for e in replay_plain(tiny_model, prompt_ids, target_ids) if e.kind == "draft"]
+    drafts = [e for e in replay_prompt_lookup(tiny_model, prompt_ids, target_ids) if e.kind == "draft"]
+    assert drafts and all(e.text in target for e in drafts)
+    assert sum(e.tokens for e in drafts) == pld.metrics.accepted_draft_tokens > 0
 
 
 def test_replay_on_smollm2(smol_model):

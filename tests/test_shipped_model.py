@@ -1,11 +1,11 @@
 """The shipped model writes programs by itself: the trained adapter, loaded through models.yaml,
 finishes valid programs on a fixed subset of the dev split (files never seen in training).
 
-Measured for the adapter shipped on 2026-11-30 (greedy, deterministic): 14/14 programs finished and
-valid (the untrained model with the few-shot prompt finishes none), 0/14 exact, mean line similarity
-0.914 (an unchanged copy of the input scores 0.956). So this checks the learned format and the whole
-path (models.yaml adapter entry, merge, zero-shot prompt, FSM, evaluate); it cannot yet check an
-exact-match floor, because the shipped model does not reach one: add that assertion when it does.
+Measured for the adapter shipped on 2026-11-30 (second run, warm-started from the first; greedy,
+deterministic): 14/14 programs finished and valid (the untrained model with the few-shot prompt
+finishes none), 2/14 exact (the first run: 0/14), mean line similarity 0.902 (an unchanged copy of
+the input scores 0.956). The floors below sit one case under the measured figures, so a model that
+stops finishing programs or stops editing exactly fails.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SUBSET = ROOT / "tests" / "fixtures" / "cad-dev-subset.jsonl"
 MODEL = "smollm2-135m-cad"
 FINISHED_FLOOR = 0.85
-SIMILARITY_FLOOR = 0.80  # measured 0.914
+SIMILARITY_FLOOR = 0.80  # measured 0.902
+EXACT_FLOOR = 1 / 14     # measured 2/14
 
 pytestmark = pytest.mark.slow
 
@@ -60,3 +61,4 @@ def test_shipped_model__finishes_programs_and_edits_exactly(evaluation):
     corpus = evaluation["corpora"][str(SUBSET)]
     assert corpus["finished_valid"] >= FINISHED_FLOOR
     assert corpus["line_similarity"] >= SIMILARITY_FLOOR
+    assert corpus["exact_match"] >= EXACT_FLOOR - 1e-9

@@ -106,6 +106,7 @@ def _decode(
         return time.perf_counter() - t0
 
     stop_reason = None if first is not None else "cancel"
+    drafted_from = 0  # how many of `produced` are accepted drafts (the first ones of a drafting forward)
     while True:
         # 1. take the tokens the last forward produced (stop at the end of target, EOS or max tokens)
         taken: list[int] = []
@@ -121,8 +122,8 @@ def _decode(
             if stop_reason:
                 break
         output += taken
-        if taken:
-            yield DecodeEvent("gen", detok.add(taken), len(taken), forwards(), elapsed())
+        for kind, tokens in _by_kind(taken, drafted_from):
+            yield DecodeEvent(kind, detok.add(tokens), len(tokens), forwards(), elapsed())
         if stop_reason is None and cancel is not None and cancel.is_set():
             stop_reason = "cancel"
         if stop_reason:
@@ -135,6 +136,7 @@ def _decode(
             drafts = drafts[:max(room, 0)]
         if not drafts:
             produced = [choose(cache.step(pending), len(output))]
+            drafted_from = 0
             continue
         logits = cache.append_span_all([pending] + drafts)
         produced = []
@@ -145,6 +147,7 @@ def _decode(
         else:
             produced.append(choose(logits[len(drafts)], len(output) + len(drafts)))
         hits = len(produced) - 1
+        drafted_from = hits
         cache.rollback(len(drafts) - hits)
         drafted += len(drafts)
         accepted_drafts += hits
@@ -174,6 +177,13 @@ def _decode(
         partial=stop_reason in ("max_tokens", "cancel"), stop_reason=stop_reason, error=None, metrics=metrics,
     )
     yield DecodeEvent("done", "", 0, forwards(), wall, result)
+
+
+def _by_kind(taken: list[int], drafts: int) -> list[tuple[str, list[int]]]:
+    """The taken tokens as events: the first `drafts` were drafted by prompt lookup and accepted
+    ("draft", shown apart so a user sees what the lookup supplied), the rest the model's own ("gen")."""
+    groups = [("draft", taken[:drafts]), ("gen", taken[drafts:])]
+    return [(kind, tokens) for kind, tokens in groups if tokens]
 
 
 def _sampler(temperature: float, top_p: float, seed: int | None) -> Chooser:

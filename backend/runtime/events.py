@@ -59,7 +59,7 @@ class DecodeMetrics:
 
 @dataclass(frozen=True)
 class DecodeEvent:
-    kind: str            # "tag" | "copy" | "gen" | "done"
+    kind: str            # "tag" | "copy" | "gen" | "draft" (prompt-lookup tokens accepted) | "done"
     text: str            # text this event adds: tag text, copied text, generated text; "" for done
     tokens: int          # tokens this event adds (copy: copied tokens entering the cache)
     forwards: int        # cumulative model forward passes so far
