@@ -87,7 +87,10 @@ def test_waiting_shows_the_position_and_cancel_leaves_without_running(edit, serv
 
 
 def test_a_run_over_its_time_budget_stops_as_a_plain_failure(edit, service):
-    updates = list(edit.run(MODEL, "x = 1\n" * 30, "Rewrite everything.", "model", None, 2_000,
+    # reference mode with all-new text: ~300 generated tokens cannot finish in 0.3 s, whatever the
+    # trained model would choose to write (it may end a model-mode program at once)
+    target = "".join(f"y{i} = {i * 7}\n" for i in range(60))
+    updates = list(edit.run(MODEL, "x = 1\n" * 30, "Rewrite everything.", "reference", target, 2_000,
                             request=_browser("slow")))
     status = updates[-1][edit.status]
     assert status.startswith("FAILED: the run reached the time limit before the model finished (0.3 s)"), status
