@@ -81,9 +81,16 @@ def format_metrics(metrics: dict[str, Any], *, failed: bool = False) -> dict[str
         "tag": str(metrics.get("tokens_tag", 0)),
         "forwards": str(metrics.get("forwards", 0)),
         "rate": f"{float(metrics.get('tokens_per_second') or 0.0):.1f}",
-        "plain": seconds(metrics.get("estimated_plain_seconds")),
+        "plain": seconds(metrics.get("estimated_plain_seconds")) + _basis_tag(metrics.get("plain_estimate_basis")),
         "speedup": "— (failed)" if failed else ("—" if speedup is None else f"{float(speedup):.2f}×"),
     }
+
+
+def _basis_tag(basis: Any) -> str:
+    """A short mark of what the plain-decoding estimate rests on (the status line says it in full)."""
+    if not basis:
+        return ""
+    return " (this run's steps)" if str(basis).startswith("median of this run") else " (step at load)"
 
 
 def spans_value(spans: Any) -> list[tuple[str, str | None]]:
@@ -121,6 +128,9 @@ def _head(snapshot: Snapshot, mode: str, max_new_tokens: int | None, run_seconds
         limit = f" ({max_new_tokens})" if max_new_tokens else ""
         return f"stopped at the max new tokens limit{limit} after {timing} — partial result"
     head = f"done in {timing} ({stop})"
+    basis = snapshot.metrics.get("plain_estimate_basis")
+    if basis and snapshot.metrics.get("speedup") is not None:
+        head += f"; speed-up is an estimate: plain decoding priced at the {basis} per output token"
     return head + (f"; note: {result.error}" if result is not None and result.error else "")
 
 

@@ -33,6 +33,9 @@ class Snapshot:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+MIN_OWN_STEPS = 5  # fewer one-token steps than this give no stable median: use the load-time step
+
+
 class RunTracker:
     """Accumulates DecodeEvents of one strategy run. `step_seconds` prices plain decoding."""
 
@@ -137,13 +140,30 @@ class RunTracker:
             "output_tokens": output_tokens,
             "tokens_per_second": float(rate),
         }
-        if self.step_seconds:
+        step, basis = self._plain_step_price(final)
+        if step:
             # Plain decoding pays one forward per output token (prefill excluded on both sides).
-            plain = self.step_seconds * output_tokens
-            metrics["step_seconds"] = self.step_seconds
+            plain = step * output_tokens
+            metrics["step_seconds"] = step
+            metrics["plain_estimate_basis"] = basis
             metrics["estimated_plain_seconds"] = plain
             metrics["speedup"] = plain / elapsed if elapsed > 0 and output_tokens else None
         return metrics
+
+    def _plain_step_price(self, final: dict[str, Any]) -> tuple[float | None, str]:
+        """Seconds one plain decode step costs, and what that number rests on.
+
+        Preferably the median of this run's own one-token forwards: same machine, same moment, same
+        load, so a server started under load no longer prices plain decoding at its start-up speed.
+        The step timed once at model load is the fallback (while streaming, or a run of too few
+        steps to take a median from)."""
+        own, steps = final.get("decode_step_seconds"), int(final.get("decode_steps") or 0)
+        if own and steps >= MIN_OWN_STEPS:
+            return float(own), f"median of this run's {steps} one-token steps ({float(own) * 1000:.1f} ms)"
+        if self.step_seconds:
+            why = f"this run made {steps} one-token steps" if final else "the run is still going"
+            return self.step_seconds, f"one step timed at model load ({self.step_seconds * 1000:.1f} ms; {why})"
+        return None, ""
 
     def event_summary(self) -> dict[str, Any]:
         """What storage keeps of the stream: counts, first span, a thinned timeline and the spans."""

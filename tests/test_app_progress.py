@@ -138,3 +138,74 @@ def test_downloads_share_one_folder_pruned_and_removed_on_close(tmp_path, monkey
     assert [p.name for p in tmp_path.iterdir()] == [folder.root.name]  # one folder for the whole app
     folder.close()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_killed_servers_download_folder_is_removed_at_the_next_start(tmp_path):
+    """Issue 12 item 8's gap: a server killed by SIGKILL cannot run its cleanup, so its folder stayed.
+    A real child process makes a download folder and is killed; the next start removes that folder
+    and leaves alone a live process's folder and anything that is not ours."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from app.downloads import FOLDER_PREFIX, DownloadFolder
+
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    code = ("import sys, time; from app.downloads import DownloadFolder; f = DownloadFolder(); "
+            "f.write('x', 'out.txt'); print(f.root, flush=True); time.sleep(60)")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env,
+                             cwd=Path(__file__).resolve().parents[1])
+    killed_root = Path(child.stdout.readline().strip())
+    assert killed_root.is_dir() and killed_root.name.startswith(f"{FOLDER_PREFIX}{child.pid}-")
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=30)
+    assert killed_root.is_dir()  # SIGKILL ran no cleanup
+
+    alive = tmp_path / f"{FOLDER_PREFIX}{os.getppid()}-live"  # a running process's folder (our parent)
+    alive.mkdir()
+    unrelated = tmp_path / "copy-as-decode-loadtest-abc"
+    unrelated.mkdir()
+    import tempfile
+    old = tempfile.tempdir
+    tempfile.tempdir = str(tmp_path)
+    try:
+        folder = DownloadFolder()
+    finally:
+        tempfile.tempdir = old
+    assert folder.orphans_removed == [killed_root] and not killed_root.exists()
+    assert alive.is_dir() and unrelated.is_dir() and folder.root.is_dir()
+    folder.close()
+
+
+def test_plain_estimate_rests_on_the_runs_own_steps_and_says_so():
+    """Issue 10 item 5: the estimate used one step timed at model load, so a server started under
+    load showed 21x where another showed 1.6x, and an edit that copied nothing showed 3.59x."""
+    from app.present import finish_text
+
+    tracker = RunTracker("cad", step_seconds=0.5)  # a load-time step far slower than this run's steps
+    tracker.add(DecodeEvent("gen", "c\n", 2, 2, 0.1))
+    live = tracker.snapshot().metrics
+    assert live["step_seconds"] == 0.5 and "model load" in live["plain_estimate_basis"]
+    assert "still going" in live["plain_estimate_basis"]
+    # nothing copied: 20 output tokens made in 24 one-token steps of 50 ms (tags cost steps too)
+    result = DecodeResult("cad", "model", "x\n" * 10, "<gen>...</gen>", False, "eos", None,
+                          _metrics(tokens_copied=0, tokens_generated=20, output_tokens=20, forwards=24,
+                                   wall_seconds=1.2, decode_step_seconds=0.05, decode_steps=24))
+    tracker.add(DecodeEvent("done", "", 0, 24, 1.2, result))
+    final = tracker.snapshot()
+    assert final.metrics["step_seconds"] == 0.05
+    assert final.metrics["speedup"] == pytest.approx(20 * 0.05 / 1.2)  # below 1x, not the load-time 8.3x
+    assert final.metrics["plain_estimate_basis"] == "median of this run's 24 one-token steps (50.0 ms)"
+    shown = format_metrics(final.metrics)
+    assert shown["plain"] == "1.00 s (this run's steps)" and shown["speedup"] == "0.83×"
+    final.extra["edit"] = None
+    assert "speed-up is an estimate: plain decoding priced at the median of this run's 24" in finish_text(final, mode="model")
+
+    few = RunTracker("cad", step_seconds=0.5)  # too few own steps for a median: the load-time step, said so
+    few.add(DecodeEvent("done", "", 0, 3, 0.2, DecodeResult("cad", "model", "a\n", "", False, "eos", None,
+                                                            _metrics(decode_step_seconds=0.05, decode_steps=3))))
+    metrics = few.snapshot().metrics
+    assert metrics["step_seconds"] == 0.5 and "this run made 3 one-token steps" in metrics["plain_estimate_basis"]
+    assert format_metrics(metrics)["plain"].endswith("(step at load)")

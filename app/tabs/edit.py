@@ -28,7 +28,7 @@ from backend.storage import EditRecord, StorageError
 
 CHART_EVERY_S = 2.0  # redraw the plotly chart at most this often while streaming (redraws cost browser CPU)
 METRIC_LABELS = {
-    "elapsed": "elapsed", "rate": "tokens / s", "plain": "plain decoding (est.)", "speedup": "speed-up",
+    "elapsed": "elapsed", "rate": "tokens / s", "plain": "plain decoding (est.)", "speedup": "speed-up (est.)",
     "copied": "tokens copied", "generated": "tokens generated", "tag": "tag tokens (forced ones too)",
     "forwards": "forward passes",
 }
@@ -230,7 +230,8 @@ class EditTab:
             }
             if snap.done or time.monotonic() - last_chart >= CHART_EVERY_S:
                 last_chart = time.monotonic()
-                update[self.chart] = charts.tokens_over_time(snap.timeline, step_seconds=step)
+                # the same step price as the metrics: this run's own steps once it has them
+                update[self.chart] = charts.tokens_over_time(snap.timeline, step_seconds=snap.metrics.get("step_seconds", step))
             if snap.done:
                 update[self.diff] = unified_diff(request.source, snap.output)
                 update[self.download] = service.downloads.write(snap.output, upload_name or "output.txt")
