@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from backend.core.fsm import TokenVocabulary
+from backend.core.token_vocabulary import TokenVocabulary
 
 BYTES = 256
 EOS_ID = 256

@@ -9,11 +9,12 @@ import pytest
 import torch
 
 from backend.data.corpora import load_corpus
-from backend.core.fsm import TokenFSM, TokenVocabulary
+from backend.core.fsm import TokenFSM
 from backend.core.lines import line_count
 from backend.core.oracle import oracle_program
 from backend.core.program import CopyLines, ProgramError, parse_program
 from backend.core.resolve import resolve_program
+from backend.core.token_vocabulary import TokenVocabulary
 from backend.runtime.decoder import decode_program
 from backend.runtime.grammar import Grammar
 from backend.runtime.program_text import ProgramStream, encode_text

@@ -4,8 +4,9 @@ import random
 
 import pytest
 
-from backend.core.fsm import TokenFSM, TokenVocabulary
+from backend.core.fsm import TokenFSM
 from backend.core.program import CopyLines, Gen, parse_program
+from backend.core.token_vocabulary import TokenVocabulary
 
 TINY = [
     "<", "copy", "<copy", ' lines="', "0", "1", "2", "5", "12", "-", '"/>', '"', "/>",

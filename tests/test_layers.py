@@ -157,3 +157,40 @@ def test_the_checks_see_a_wrong_import_and_a_cycle():
     assert cycles(graph) == [["backend.core.a", "backend.runtime.b"]]
     assert "runtime" not in ALLOWED["core"] and "cli" not in ALLOWED["runtime"] and "app" not in ALLOWED["runtime"]
     assert "runtime" not in ALLOWED["storage"]
+
+
+# House size rules (docs/DESIGN.md; issue 8: "no module over ~400 lines, no function over ~60").
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+
+
+def _sources() -> list[Path]:
+    return sorted(p for package in PACKAGES for p in (ROOT / package).rglob("*.py"))
+
+
+def oversized(paths: list[Path], *, module_lines: int = MAX_MODULE_LINES,
+              function_lines: int = MAX_FUNCTION_LINES) -> list[str]:
+    """'path: N lines' for each module over the limit and 'path:line name: N lines' for each function."""
+    found = []
+    for path in paths:
+        text = path.read_text(encoding="utf-8")
+        name = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+        if len(text.splitlines()) > module_lines:
+            found.append(f"{name}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > function_lines:
+                    found.append(f"{name}:{node.lineno} {node.name}: {length} lines")
+    return found
+
+
+def test_no_god_files_and_no_long_functions():
+    assert oversized(_sources()) == []
+
+
+def test_the_size_check_sees_a_long_function(tmp_path):
+    long = tmp_path / "long.py"
+    long.write_text("def f():\n" + "    x = 1\n" * 70, encoding="utf-8")
+    assert oversized([long]) == [f"{long}:1 f: 71 lines"]
+    assert oversized([long], module_lines=10) == [f"{long}: 71 lines", f"{long}:1 f: 71 lines"]

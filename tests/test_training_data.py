@@ -10,7 +10,7 @@ from backend.data.corpora import EditCase
 from backend.core.oracle import oracle_program
 from backend.core.resolve import resolve_program
 from backend.runtime.prompt import context_program
-from backend.training import dataset, edits
+from backend.training import dataset, edits, line_edits, line_ops
 from backend.training.scan import code_names, scan
 from backend.training.sources import cut_windows, is_permissive, usable_text
 
@@ -81,8 +81,8 @@ def test_make_edit__every_kind_changes_the_window_and_is_deterministic(kind, lan
 def test_rename__renames_every_code_occurrence_and_nothing_in_strings():
     lines = PY_WINDOW.splitlines(keepends=True)
     for seed in range(10):
-        ops, instruction = edits.rename(lines, "python", random.Random(seed))
-        target = edits.apply_ops(lines, ops)
+        ops, instruction = line_edits.rename(lines, "python", random.Random(seed))
+        target = line_ops.apply_ops(lines, ops)
         before = code_names(scan(PY_WINDOW, "python"), "python")
         after = code_names(scan(target, "python"), "python")
         (old,) = set(before) - set(after)
@@ -113,7 +113,7 @@ def test_snippet__instruction_shows_the_changed_region_with_markers():
 def test_delete_line__never_picks_a_line_inside_brackets():
     window = "x = f(\n    a,\n    b,\n)\ny = 2\nz = 3\n"
     for seed in range(20):
-        ops, _ = edits.delete_line(window.splitlines(keepends=True), "python", random.Random(seed))
+        ops, _ = line_edits.delete_line(window.splitlines(keepends=True), "python", random.Random(seed))
         assert set(ops) <= {4, 5}
 
 

@@ -20,9 +20,13 @@ import hashlib
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from backend.cli.common import UsageError, emit, format_table, read_text_file
+
+if TYPE_CHECKING:
+    from backend.core.cost_model import CostModel
+    from backend.data.kernel import KernelTable
 
 TOKENIZER_CHOICES = ("qwen2.5", "smollm2")
 
@@ -157,19 +161,9 @@ def cmd_roundtrip(args: argparse.Namespace) -> int:
 def cmd_ceiling(args: argparse.Namespace) -> int:
     """Copy ceiling (coverage programs) and the closed-form wall-clock bound (cost programs = headline)."""
     from backend.measure.ceiling import (HEADLINE_OBJECTIVE, OBJECTIVES, ceiling_summary, corpus_ceilings,
-                                         costs_from_kernel, pooled, stats_of)
-    from backend.core.oracle import CostModel
+                                         pooled, stats_of)
 
-    kernel = None
-    costs = CostModel()
-    if args.kernel:
-        from backend.data.kernel import KernelError, KernelTable
-
-        try:
-            kernel = KernelTable.load(args.kernel)
-            costs = costs_from_kernel(kernel)
-        except (KernelError, ValueError) as error:
-            raise UsageError(f"kernel table: {error}") from None
+    kernel, costs = _kernel_costs(args.kernel)
     loaded = _corpora(args.corpora, args.data_dir, args.limit)
     tokenize = _tokenizer(args.tokenizer)
     granularities = _granularities(args.granularity)
@@ -215,6 +209,25 @@ def cmd_ceiling(args: argparse.Namespace) -> int:
                              for name, results in per_corpus.items()}
     emit(table, document)
     return 0
+
+
+def _kernel_costs(path: str | None) -> tuple[KernelTable | None, CostModel]:
+    """The kernel table at `path` (if given) and the copy costs fitted to it, else the default costs;
+    apart so that `cmd_ceiling` stays short and a bad table is one usage error."""
+    from backend.core.cost_model import CostModel
+    from backend.measure.ceiling import costs_from_kernel
+
+    kernel = None
+    costs = CostModel()
+    if path:
+        from backend.data.kernel import KernelError, KernelTable
+
+        try:
+            kernel = KernelTable.load(path)
+            costs = costs_from_kernel(kernel)
+        except (KernelError, ValueError) as error:
+            raise UsageError(f"kernel table: {error}") from None
+    return kernel, costs
 
 
 def _ceiling_text(args: argparse.Namespace, granularities: Sequence[str], bounded: bool,

@@ -1,21 +1,14 @@
 """Token-level finite-state machine that keeps a decoder inside the copy-as-decode grammar.
 
-```
-program := item* EOS ;  item := (copy | gen) "\\n"?
-copy    := '<copy lines="' I '-' J '"/>'     1 <= I <= J <= n_lines, INT = [1-9][0-9]*
-gen     := '<gen>' TEXT '</gen>'             TEXT non-empty, never containing '</gen>'
-```
-
-Every prefix this FSM accepts extends to a valid program for the input at hand: line numbers
-stay within 1..n_lines with I <= J (a digit is allowed only if some number in range starts with
-the digits so far), EOS only between items (an empty program included; the runtime decides
-what to do with it). `<copy tokens=...>` is not offered: the decoder emits line copies only.
+The grammar, and what every accepted prefix guarantees, are in `backend.core.char_grammar`.
 
 Layers (imports only the standard library):
-- a character automaton over small immutable "cores" (`_step`, `_next_chars`);
-- `TokenVocabulary`: token texts sorted for prefix search, built once per tokenizer;
-- `TokenFSM` (sglang-like): `start`, `allowed`, `advance`, `is_complete`, `forced_text`, and the
-  questions a decoder asks of a state: `copy_may_close`, `item_just_closed`, `open_gen_text`.
+- a character automaton over small immutable "cores" (`backend.core.char_grammar`);
+- `TokenVocabulary` (`backend.core.token_vocabulary`): token texts sorted for prefix search, built
+  once per tokenizer;
+- `FSMState` and `Step` (`backend.core.fsm_state`): a state, and what reading a token does to it;
+- `TokenFSM` (sglang-like, here): `start`, `allowed`, `advance`, `is_complete`, `forced_text`, and
+  the questions a decoder asks of a state: `copy_may_close`, `item_just_closed`, `open_gen_text`.
 
 How a mask is found. Outside gen text a state accepts only a few characters, so the tokens it
 allows are found by a depth-first search over the sorted token texts: each step extends a
@@ -28,167 +21,36 @@ Masks that do not depend on the line count are cached per "generic" key; a token
 would read a line number with the line count unknown (it would have to hold '<copy lines="'
 and a digit) is kept aside and checked per concrete state. Number states are keyed concretely
 (digits, I, n_lines); they are cheap to compute.
-
-Byte-level BPE: a token that is not valid UTF-8 on its own arrives as text holding U+FFFD; such
-text is accepted only inside gen TEXT (no tag character is U+FFFD). With `token_bytes` given,
-gen text is accumulated as bytes, so a character split across tokens comes out exactly.
 """
 
 from __future__ import annotations
 
 import codecs
 from bisect import bisect_left
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
-from backend.core.program import CopyLines, Gen
+from backend.core.char_grammar import (
+    _ANY,
+    _NEED_N,
+    BETWEEN,
+    COPY_CLOSE,
+    COPY_OPEN,
+    ENDED,
+    FIRST_LINE,
+    GEN_OPEN,
+    IN_GEN,
+    IN_TAG,
+    LAST_LINE,
+    Core,
+    _next_chars,
+    _step,
+    _walk,
+)
+from backend.core.fsm_state import FSMState, Step, read_text
+from backend.core.token_vocabulary import TokenVocabulary
 
-COPY_OPEN = '<copy lines="'
-GEN_OPEN = "<gen>"
-COPY_CLOSE = '"/>'
-GEN_CLOSE = "</gen>"
-_DIGITS = "0123456789"
-
-# The grammar position ("core") is a small tuple whose first element names the mode. Tuples, not
-# classes: `_step` builds one per character while masks are searched (~0.1 s per vocabulary).
-BETWEEN = "between"   # (BETWEEN, newline_ok)        between items; EOS allowed; newline_ok: an item
-                      #                              just ended and its optional "\n" is not read yet
-IN_TAG = "tag"        # (IN_TAG, lit, I, J)          inside a tag literal; lit = text matched so far of
-                      #                              COPY_OPEN, GEN_OPEN or COPY_CLOSE (I, J carried to '>')
-FIRST_LINE = "first"  # (FIRST_LINE, digits)         the copy's first line number
-LAST_LINE = "last"    # (LAST_LINE, digits, I)       the copy's last line number
-IN_GEN = "gen"        # (IN_GEN, partial, has_text)  gen TEXT; partial = length of the trailing prefix of
-                      #                              '</gen>', has_text = some text precedes that prefix
-ENDED = "end"         # (ENDED,)                     after EOS
-
-_ANY = object()  # _next_chars: every character (gen TEXT)
-_NEED_N = object()  # _next_chars / _step: the line count is needed and unknown
-
-Core = tuple[Any, ...]
 Key = tuple[Any, ...]  # a mask cache key
-
-
-def _extendable(digits: str, low: int, high: int) -> bool:
-    """Whether some INT in [low, high] has decimal form starting with `digits` (no leading zero)."""
-    if not digits or digits[0] == "0":
-        return False
-    value = int(digits)
-    scale = 1
-    while value * scale <= high:
-        if (value + 1) * scale - 1 >= low:
-            return True
-        scale *= 10
-    return False
-
-
-def _step(core: Core, ch: str, n: Optional[int], has_lines: bool) -> Any:
-    """The core after reading `ch`, None when `ch` is not allowed, or _NEED_N when reading it
-    needs the line count and `n` is None. Changes nothing."""
-    mode = core[0]
-    if mode == IN_GEN:
-        partial, has_text = core[1], core[2]
-        if partial == 5:
-            if ch == ">":
-                return (BETWEEN, True) if has_text else None
-            return (IN_GEN, 1, True) if ch == "<" else (IN_GEN, 0, True)
-        if ch == GEN_CLOSE[partial]:
-            return (IN_GEN, partial + 1, has_text)
-        if ch == "<":
-            return (IN_GEN, 1, has_text or partial > 0)
-        return (IN_GEN, 0, True)
-    if mode == BETWEEN:
-        if ch == "<":
-            return (IN_TAG, "<", 0, 0)
-        if ch == "\n" and core[1]:
-            return (BETWEEN, False)
-        return None
-    if mode == IN_TAG:
-        lit = core[1]
-        if lit == "<":
-            if ch == "g":
-                return (IN_TAG, "<g", 0, 0)
-            if ch == "c" and has_lines:
-                return (IN_TAG, "<c", 0, 0)
-            return None
-        target = COPY_CLOSE if lit[0] == '"' else (COPY_OPEN if lit[1] == "c" else GEN_OPEN)
-        if ch != target[len(lit)]:
-            return None
-        lit += ch
-        if len(lit) < len(target):
-            return (IN_TAG, lit, core[2], core[3])
-        if target is COPY_OPEN:
-            return (FIRST_LINE, "")
-        if target is GEN_OPEN:
-            return (IN_GEN, 0, False)
-        return (BETWEEN, True)
-    if mode == FIRST_LINE or mode == LAST_LINE:
-        if n is None:  # only reachable as (FIRST_LINE, ""): a digit needs n, nothing else is allowed
-            return _NEED_N if "0" <= ch <= "9" else None
-        digits = core[1]
-        low = 1 if mode == FIRST_LINE else core[2]
-        if "0" <= ch <= "9":
-            if _extendable(digits + ch, low, n):
-                return (mode, digits + ch) if mode == FIRST_LINE else (LAST_LINE, digits + ch, low)
-            return None
-        if not digits or not (low <= int(digits) <= n):
-            return None
-        if mode == FIRST_LINE and ch == "-":
-            return (LAST_LINE, "", int(digits))
-        if mode == LAST_LINE and ch == '"':
-            return (IN_TAG, '"', low, int(digits))
-        return None
-    return None
-
-
-def _next_chars(core: Core, n: Optional[int], has_lines: bool) -> Any:
-    """The characters `_step` accepts from `core`: a string, _ANY (gen TEXT), or _NEED_N."""
-    mode = core[0]
-    if mode == IN_GEN:
-        return _ANY
-    if mode == BETWEEN:
-        return "<\n" if core[1] else "<"
-    if mode == IN_TAG:
-        lit = core[1]
-        if lit == "<":
-            return "cg" if has_lines else "g"
-        target = COPY_CLOSE if lit[0] == '"' else (COPY_OPEN if lit[1] == "c" else GEN_OPEN)
-        return target[len(lit)]
-    if mode == FIRST_LINE or mode == LAST_LINE:
-        if n is None:
-            return _NEED_N
-        return "".join(ch for ch in _DIGITS + '-"' if _step(core, ch, n, has_lines) is not None)
-    return ""
-
-
-def _walk(core: Core, text: str, n: Optional[int], has_lines: bool) -> Any:
-    """`_step` over every character of `text`: the final core, None, or _NEED_N."""
-    for ch in text:
-        core = _step(core, ch, n, has_lines)
-        if core is None or core is _NEED_N:
-            return core
-    return core
-
-
-@dataclass(frozen=True, slots=True)
-class FSMState:
-    """Where a program stands; immutable and hashable.
-
-    `core` is the grammar position (see the mode table above), `n_lines` the input's line count,
-    `body` the UTF-8 bytes of the current gen's text so far, including a trailing partial
-    '</gen' (empty outside gen text; not part of the mask).
-    """
-
-    core: Core
-    n_lines: int
-    body: bytes = b""
-
-    @property
-    def mode(self) -> str:
-        """BETWEEN, IN_TAG, FIRST_LINE, LAST_LINE, IN_GEN or ENDED: 'between', 'tag', 'first',
-        'last', 'gen' or 'end'."""
-        mode: str = self.core[0]
-        return mode
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,57 +63,6 @@ class AllowedTokens:
 
 
 _PER_N = AllowedTokens(-1, ())  # TokenFSM._cache: this key's mask also depends on the line count
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    """What one token did: the new state; `pieces`, the token's text cut into ("tag"|"gen", text)
-    segments (a '</gen' split across tokens is labelled by what was known at each token); and
-    `completed`, the ops (CopyLines / Gen) this token finished."""
-
-    state: FSMState
-    pieces: tuple[tuple[str, str], ...]
-    completed: tuple[Union[CopyLines, Gen], ...]
-
-
-class TokenVocabulary:
-    """Token texts indexed for prefix search; built once per tokenizer.
-
-    `texts[i]` is token i's text, None for a token never allowed (special tokens). Empty texts are
-    never allowed either. `eos_id`'s text is ignored. `token_bytes`, if given, holds each token's
-    raw bytes, used to make gen text exact where a token's text holds U+FFFD (a split character).
-    Rejects an `eos_id` outside the vocabulary and a `token_bytes` of another length (ValueError).
-    """
-
-    def __init__(
-        self,
-        texts: Sequence[Optional[str]],
-        eos_id: int,
-        *,
-        token_bytes: Optional[Sequence[Optional[bytes]]] = None,
-    ) -> None:
-        if not 0 <= eos_id < len(texts):
-            raise ValueError(f"eos_id {eos_id} outside a vocabulary of {len(texts)} tokens")
-        if token_bytes is not None and len(token_bytes) != len(texts):
-            raise ValueError(f"token_bytes has {len(token_bytes)} entries, texts {len(texts)}")
-        self.texts: tuple[Optional[str], ...] = tuple(texts)
-        self.eos_id = eos_id
-        self.token_bytes = tuple(token_bytes) if token_bytes is not None else None
-        by_text: dict[str, list[int]] = {}
-        for token_id, text in enumerate(self.texts):
-            if text and token_id != eos_id:
-                by_text.setdefault(text, []).append(token_id)
-        self.sorted_texts: list[str] = sorted(by_text)
-        self.ids_by_text: dict[str, tuple[int, ...]] = {t: tuple(v) for t, v in by_text.items()}
-        # Gen TEXT: tokens without '>' never finish '</gen>' (see module docstring).
-        self.gt_texts: list[str] = [t for t in self.sorted_texts if ">" in t]
-        gt = set(self.gt_texts)
-        self.no_gt_ids: tuple[int, ...] = tuple(
-            sorted(i for t, ids in self.ids_by_text.items() if t not in gt for i in ids)
-        )
-
-    def __len__(self) -> int:
-        return len(self.texts)
 
 
 class TokenFSM:
@@ -354,12 +165,12 @@ class TokenFSM:
         if not text:
             raise ValueError(f"token {token_id} is never allowed (special or empty)")
         raw = vocabulary.token_bytes[token_id] if vocabulary.token_bytes is not None else None
-        return self._advance_text(state, text, raw, token_id)
+        return read_text(state, text, raw, token_id)
 
     def advance_text(self, state: FSMState, text: str) -> Step:
         """Read `text` as if it were one token (e.g. forced text). Rejects text the grammar does
         not allow from `state` (ValueError); changes nothing."""
-        return self._advance_text(state, text, None, None)
+        return read_text(state, text, None, None)
 
     def forced_text(self, state: FSMState) -> str:
         """The longest text the grammar forces from `state`: '' where there is a choice (between
@@ -393,74 +204,6 @@ class TokenFSM:
         lookup cache; keep the per-vocabulary masks (see `warm_up`). For measuring."""
         self._cache.clear()
         self._per_n.clear()
-
-    # -- advancing ----------------------------------------------------------------------------
-
-    def _advance_text(
-        self, state: FSMState, text: str, raw: Optional[bytes], token_id: Optional[int]
-    ) -> Step:
-        core, n = state.core, state.n_lines
-        has_lines = n > 0
-        kinds: list[str] = []  # per character: "tag" or "gen"
-        events: list[tuple[int, Union[tuple[int, int], int]]] = []  # (char index, op source)
-        gen_runs: list[list[int]] = []  # [start, end) char ranges consumed as gen text
-        for index, ch in enumerate(text):
-            before = core
-            core = _step(core, ch, n, has_lines)
-            if core is None or core is _NEED_N:
-                what = f"token {token_id} ({text!r})" if token_id is not None else repr(text)
-                raise ValueError(f"{what} not allowed at char {index} in state {state.mode!r}")
-            if before[0] == IN_GEN:
-                if core[0] == IN_GEN:
-                    kinds.append("gen")
-                    if gen_runs and gen_runs[-1][1] == index:
-                        gen_runs[-1][1] = index + 1
-                    else:
-                        gen_runs.append([index, index + 1])
-                else:  # the '>' closing '</gen>': the 5 chars before it are tag too
-                    kinds.append("tag")
-                    for back in range(index - 1, max(index - 6, -1), -1):
-                        kinds[back] = "tag"
-                    events.append((index, index))
-            else:
-                kinds.append("tag")
-                if before[0] == IN_TAG and core[0] == BETWEEN:
-                    events.append((index, (before[2], before[3])))
-        # Gen bytes: each run of gen chars appended to the body; a closing '>' ends the body.
-        body = state.body
-        completed: list[Union[CopyLines, Gen]] = []
-        run_iter = iter(gen_runs)
-        pending_run = next(run_iter, None)
-        for index, source in events:
-            while pending_run is not None and pending_run[1] <= index:
-                body += self._run_bytes(text, raw, pending_run)
-                pending_run = next(run_iter, None)
-            if isinstance(source, tuple):
-                completed.append(CopyLines(source[0], source[1]))
-            else:
-                completed.append(Gen(body[: -len(GEN_CLOSE) + 1].decode("utf-8", "replace")))
-                body = b""
-        while pending_run is not None:
-            body += self._run_bytes(text, raw, pending_run)
-            pending_run = next(run_iter, None)
-        if core[0] != IN_GEN:
-            body = b""
-        pieces: list[tuple[str, str]] = []
-        start = 0
-        for index in range(1, len(text) + 1):
-            if index == len(text) or kinds[index] != kinds[start]:
-                pieces.append((kinds[start], text[start:index]))
-                start = index
-        return Step(FSMState(core, n, body), tuple(pieces), tuple(completed))
-
-    @staticmethod
-    def _run_bytes(text: str, raw: Optional[bytes], run: list[int]) -> bytes:
-        """UTF-8 bytes of text[run[0]:run[1]]; exact from the token's raw bytes where the text
-        holds U+FFFD (a character split across tokens) and the raw bytes are known."""
-        a, b = run
-        if raw is None or "\ufffd" not in text or raw.decode("utf-8", "replace") != text:
-            return text[a:b].encode("utf-8")
-        return raw[_byte_offset(text, raw, a) : _byte_offset(text, raw, b)]
 
     # -- masks --------------------------------------------------------------------------------
 
@@ -549,15 +292,3 @@ class TokenFSM:
             for ch in chars:
                 stack.append((_step(here, ch, n, has_lines), prefix + ch))
         return found, needs_n
-
-
-def _byte_offset(text: str, raw: bytes, index: int) -> int:
-    """The byte offset in `raw` matching char offset `index` of text = raw.decode(replace).
-    Defined at boundaries next to ASCII (where tags are); falls back to a UTF-8 length."""
-    for offset in range(len(raw) + 1):
-        if (
-            raw[:offset].decode("utf-8", "replace") == text[:index]
-            and raw[offset:].decode("utf-8", "replace") == text[index:]
-        ):
-            return offset
-    return len(text[:index].encode("utf-8"))

@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from backend.data.cases import EditCase
+from backend.core.cost_model import CostModel
 from backend.core.lines import split_lines
-from backend.core.oracle import CostModel, oracle_program
+from backend.core.oracle import oracle_program
 from backend.core.program import CopyLines, CopyTokens, Gen, Op, tag_text
 from backend.core.resolve import resolve_program
 

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
 from backend.runtime.events import DecodeEvent, DecodeMetrics, DecodeResult
-from backend.runtime.handle import ModelHandle, prefill_prompt
+from backend.runtime.handle import DecodeCache, ModelHandle, prefill_prompt
 from backend.runtime.prompt_lookup import prompt_lookup_candidates
 from backend.runtime.sampling import make_generator, sample_token
 
@@ -67,6 +68,28 @@ class _Detokenizer:
         return new
 
 
+@dataclass
+class _BaselineRun:
+    """What the steps of one plain / prompt-lookup decode share (the cache, output and counters)."""
+
+    prompt: list[int]
+    cache: DecodeCache
+    detok: _Detokenizer
+    prefill_seconds: float
+    started: float             # after the prompt prefill: `forwards` and `elapsed` count from here
+    base_forwards: int         # cache.forwards after the prompt prefill (the prefill is not counted)
+    base_steps: int            # len(cache.step_seconds) after the prompt prefill
+    output: list[int] = field(default_factory=list)
+    drafted: int = 0
+    accepted_drafts: int = 0
+
+    def forwards(self) -> int:
+        return self.cache.forwards - self.base_forwards
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+
 def _decode(
     loaded: ModelHandle,
     prompt_ids: Sequence[int],
@@ -80,103 +103,143 @@ def _decode(
     cancel: threading.Event | None,
 ) -> Iterator[DecodeEvent]:
     """The shared loop: prefill, then one forward per iteration (pending token + drafts)."""
-    prompt = [int(t) for t in prompt_ids]
-    if not prompt:
-        raise ValueError("empty prompt")
-    if max_new_tokens is not None and max_new_tokens <= 0:
-        raise ValueError("max_new_tokens must be positive")
+    prompt = _checked_prompt(prompt_ids, max_new_tokens)
     eos = set(int(t) for t in eos_ids)
-    cache = loaded.new_cache()
-    detok = _Detokenizer(loaded.tokenizer)
-    output: list[int] = []
-    drafted = accepted_drafts = 0
-
-    started = time.perf_counter()
-    first = prefill_prompt(cache, prompt, cancel)  # logits [V]; None when cancelled during the prefill
-    produced = [choose(first, 0)] if first is not None else []
-    prefill_seconds = time.perf_counter() - started
-    t0 = time.perf_counter()
-    base = cache.forwards  # the prefill is not counted
-    base_steps = len(cache.step_seconds)
-
-    def forwards() -> int:
-        return cache.forwards - base
-
-    def elapsed() -> float:
-        return time.perf_counter() - t0
-
-    stop_reason = None if first is not None else "cancel"
+    run, produced = _prefilled_run(loaded, prompt, choose, cancel)
+    stop_reason = None if produced else "cancel"  # nothing produced: cancelled during the prefill
     drafted_from = 0  # how many of `produced` are accepted drafts (the first ones of a drafting forward)
     while True:
         # 1. take the tokens the last forward produced (stop at the end of target, EOS or max tokens)
-        taken: list[int] = []
-        for token in produced:
-            if token is None:
-                stop_reason = "complete"
-            elif token in eos:
-                stop_reason = "eos"
-            else:
-                taken.append(token)
-                if max_new_tokens is not None and len(output) + len(taken) >= max_new_tokens:
-                    stop_reason = "max_tokens"
-            if stop_reason:
-                break
-        output += taken
+        taken, taken_stop = _take_produced(produced, len(run.output), eos, max_new_tokens)
+        stop_reason = stop_reason or taken_stop
+        run.output += taken
         for kind, tokens in _by_kind(taken, drafted_from):
-            yield DecodeEvent(kind, detok.add(tokens), len(tokens), forwards(), elapsed())
+            yield DecodeEvent(kind, run.detok.add(tokens), len(tokens), run.forwards(), run.elapsed())
         if stop_reason is None and cancel is not None and cancel.is_set():
             stop_reason = "cancel"
         if stop_reason:
             break
         # 2. one forward: the pending token + drafts (logits [1 + k, V]); accept the matching prefix
-        pending = output[-1]
-        room = None if max_new_tokens is None else max_new_tokens - len(output) - 1
-        drafts = draft(prompt + output, room if room is not None else 1 << 30) if draft else []
-        if room is not None:
-            drafts = drafts[:max(room, 0)]
-        if not drafts:
-            produced = [choose(cache.step(pending), len(output))]
-            drafted_from = 0
-            continue
-        logits = cache.append_span_all([pending] + drafts)
-        produced = []
-        for i, proposed in enumerate(drafts):
-            produced.append(choose(logits[i], len(output) + i))
-            if produced[-1] != proposed:
-                break
-        else:
-            produced.append(choose(logits[len(drafts)], len(output) + len(drafts)))
-        hits = len(produced) - 1
-        drafted_from = hits
-        cache.rollback(len(drafts) - hits)
-        drafted += len(drafts)
-        accepted_drafts += hits
+        produced, drafted_from = _forward_pending(run, choose, draft, max_new_tokens)
+    yield from _finish(run, strategy, mode, stop_reason)
 
-    tail = detok.flush()
+
+def _checked_prompt(prompt_ids: Sequence[int], max_new_tokens: int | None) -> list[int]:
+    """The prompt as ints; rejects an empty prompt or a non-positive token cap before any forward."""
+    prompt = [int(t) for t in prompt_ids]
+    if not prompt:
+        raise ValueError("empty prompt")
+    if max_new_tokens is not None and max_new_tokens <= 0:
+        raise ValueError("max_new_tokens must be positive")
+    return prompt
+
+
+def _prefilled_run(
+    loaded: ModelHandle, prompt: list[int], choose: Chooser, cancel: threading.Event | None
+) -> tuple[_BaselineRun, list[int | None]]:
+    """A fresh cache with the prompt prefilled (timed apart), and the first output token chosen
+    from its logits ([] when cancelled during the prefill)."""
+    cache = loaded.new_cache()
+    detok = _Detokenizer(loaded.tokenizer)
+    started = time.perf_counter()
+    first = prefill_prompt(cache, prompt, cancel)  # logits [V]; None when cancelled during the prefill
+    produced = [choose(first, 0)] if first is not None else []
+    prefill_seconds = time.perf_counter() - started
+    run = _BaselineRun(prompt=prompt, cache=cache, detok=detok, prefill_seconds=prefill_seconds,
+                       started=time.perf_counter(), base_forwards=cache.forwards,
+                       base_steps=len(cache.step_seconds))
+    return run, produced
+
+
+def _take_produced(
+    produced: list[int | None], output_length: int, eos: set[int], max_new_tokens: int | None
+) -> tuple[list[int], str | None]:
+    """The produced tokens that join the output, up to the first stop (end of target, EOS, max
+    tokens), and that stop's reason (None: keep decoding)."""
+    taken: list[int] = []
+    stop_reason = None
+    for token in produced:
+        if token is None:
+            stop_reason = "complete"
+        elif token in eos:
+            stop_reason = "eos"
+        else:
+            taken.append(token)
+            if max_new_tokens is not None and output_length + len(taken) >= max_new_tokens:
+                stop_reason = "max_tokens"
+        if stop_reason:
+            break
+    return taken, stop_reason
+
+
+def _forward_pending(
+    run: _BaselineRun, choose: Chooser, draft: Drafter | None, max_new_tokens: int | None
+) -> tuple[list[int | None], int]:
+    """One forward of the pending token (+ drafts, if any fit): the tokens it produced and how many
+    of them are accepted drafts."""
+    pending = run.output[-1]
+    room = None if max_new_tokens is None else max_new_tokens - len(run.output) - 1
+    drafts = draft(run.prompt + run.output, room if room is not None else 1 << 30) if draft else []
+    if room is not None:
+        drafts = drafts[:max(room, 0)]
+    if not drafts:
+        return [choose(run.cache.step(pending), len(run.output))], 0
+    return _check_drafts(run, choose, pending, drafts)
+
+
+def _check_drafts(
+    run: _BaselineRun, choose: Chooser, pending: int, drafts: list[int]
+) -> tuple[list[int | None], int]:
+    """The pending token + drafts in one forward: the chosen tokens up to the first one that differs
+    from its draft (plus the one after the last draft when all match); rejected drafts are rolled back."""
+    logits = run.cache.append_span_all([pending] + drafts)
+    produced: list[int | None] = []
+    for i, proposed in enumerate(drafts):
+        produced.append(choose(logits[i], len(run.output) + i))
+        if produced[-1] != proposed:
+            break
+    else:
+        produced.append(choose(logits[len(drafts)], len(run.output) + len(drafts)))
+    hits = len(produced) - 1
+    run.cache.rollback(len(drafts) - hits)
+    run.drafted += len(drafts)
+    run.accepted_drafts += hits
+    return produced, hits
+
+
+def _finish(run: _BaselineRun, strategy: str, mode: str, stop_reason: str) -> Iterator[DecodeEvent]:
+    """The held-back text (if any), then the one "done" event carrying the DecodeResult."""
+    tail = run.detok.flush()
     if tail:
-        yield DecodeEvent("gen", tail, 0, forwards(), elapsed())
-    wall = elapsed()
-    metrics = DecodeMetrics(
+        yield DecodeEvent("gen", tail, 0, run.forwards(), run.elapsed())
+    wall = run.elapsed()
+    result = DecodeResult(
+        strategy=strategy, mode=mode, output=run.detok.text(), program=None,
+        partial=stop_reason in ("max_tokens", "cancel"), stop_reason=stop_reason, error=None,
+        metrics=_metrics(run, wall),
+    )
+    yield DecodeEvent("done", "", 0, run.forwards(), wall, result)
+
+
+def _metrics(run: _BaselineRun, wall: float) -> DecodeMetrics:
+    """The run's counters as DecodeMetrics (baselines copy nothing and emit no tags)."""
+    output = run.output
+    return DecodeMetrics(
         tokens_copied=0,
         tokens_generated=len(output),
         tokens_tag=0,
-        forwards=forwards(),
+        forwards=run.forwards(),
         wall_seconds=wall,
-        prefill_seconds=prefill_seconds,
+        prefill_seconds=run.prefill_seconds,
         tokens_per_second=len(output) / wall if wall > 0 else 0.0,
         jump_forward_tokens=0,
         boundary_retokenized=0,
-        accepted_draft_tokens=accepted_drafts,
-        draft_tokens=drafted,
+        accepted_draft_tokens=run.accepted_drafts,
+        draft_tokens=run.drafted,
         output_tokens=len(output),
-        prompt_tokens=len(prompt),
-        **DecodeMetrics.step_timing(cache.step_seconds[base_steps:]),
+        prompt_tokens=len(run.prompt),
+        **DecodeMetrics.step_timing(run.cache.step_seconds[run.base_steps:]),
     )
-    result = DecodeResult(
-        strategy=strategy, mode=mode, output=detok.text(), program=None,
-        partial=stop_reason in ("max_tokens", "cancel"), stop_reason=stop_reason, error=None, metrics=metrics,
-    )
-    yield DecodeEvent("done", "", 0, forwards(), wall, result)
 
 
 def _by_kind(taken: list[int], drafts: int) -> list[tuple[str, list[int]]]:

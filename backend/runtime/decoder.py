@@ -49,18 +49,16 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
-from backend.core.fsm import FSMState, TokenFSM
 from backend.core.lines import line_count
 from backend.core.program import CopyLines, Gen, Op
 from backend.core.resolve import resolve_program
+from backend.runtime.decode_run import DecodeRun
 from backend.runtime.events import DecodeEvent, DecodeMetrics, DecodeResult
 from backend.runtime.grammar import Grammar
-from backend.runtime.handle import DecodeCache, ModelHandle, prefill_prompt
+from backend.runtime.handle import ModelHandle, prefill_prompt
 from backend.runtime.hybrid import GenDrafting
 from backend.runtime.loop_guard import LoopGuard
 from backend.runtime.program_text import ForcedProgram, ProgramStream, check_forced, encode_text
@@ -77,61 +75,6 @@ __all__ = ["Grammar", "ProgramStream", "decode_program", "encode_text"]
 JOIN_WINDOW_TOKENS = 2
 
 _WHERE = {"tag": "inside a tag", "first": "inside a copy tag", "last": "inside a copy tag", "gen": "inside a gen"}
-
-
-@dataclass
-class Counts:
-    """Program tokens by kind, and what the joins and jump-forward did."""
-
-    tag: int = 0
-    gen: int = 0
-    copied: int = 0
-    jump: int = 0
-    boundary: int = 0
-    boundary_tokens: int = 0
-
-    @property
-    def program(self) -> int:
-        return self.tag + self.gen
-
-
-@dataclass
-class DecodeRun:
-    """Everything the steps of one decode share. The cache holds prompt + program so far except
-    `pending`: tokens decided (chosen, forced, copied) that enter the cache at the next forward."""
-
-    source: str
-    tokenizer: Any
-    grammar: Grammar
-    cache: DecodeCache
-    state: FSMState
-    max_new_tokens: int | None
-    context_length: int | None
-    cancel: threading.Event | None = None
-    forced: ForcedProgram | None = None
-    sampling: tuple[float, float, Any] = (0.0, 1.0, None)  # temperature, top_p, generator
-    guard: LoopGuard | None = None
-    stream: ProgramStream = field(default_factory=ProgramStream)
-    ops: list[Op] = field(default_factory=list)
-    program: bytearray = field(default_factory=bytearray)
-    pending: list[int] = field(default_factory=list)
-    counts: Counts = field(default_factory=Counts)
-    stop_reason: str | None = None
-    error: str | None = None
-    base_forwards: int = 0     # cache.forwards after the prompt prefill
-    base_steps: int = 0        # len(cache.step_seconds) after the prompt prefill
-    started: float = 0.0
-    drafting: GenDrafting | None = None  # hybrid: prompt-lookup drafts inside gens (hybrid.py)
-
-    @property
-    def fsm(self) -> TokenFSM:
-        return self.grammar.fsm
-
-    def stop(self, reason: str, error: str | None = None) -> None:
-        self.stop_reason, self.error = reason, error
-
-    def event(self, kind: str, text: str, tokens: int) -> DecodeEvent:
-        return DecodeEvent(kind, text, tokens, self.cache.forwards - self.base_forwards, time.perf_counter() - self.started)
 
 
 # --------------------------------------------------------------------------------------------

@@ -13,8 +13,10 @@ from typing import Any
 
 import torch
 
-from backend.core.fsm import FSMState, TokenFSM, TokenVocabulary
+from backend.core.fsm import TokenFSM
+from backend.core.fsm_state import FSMState
 from backend.core.program import CopyLines
+from backend.core.token_vocabulary import TokenVocabulary
 from backend.runtime.sampling import sample_token
 
 

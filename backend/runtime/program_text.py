@@ -12,7 +12,7 @@ from __future__ import annotations
 import codecs
 from typing import Any
 
-from backend.core.fsm import FSMState
+from backend.core.fsm_state import FSMState
 from backend.core.program import GEN_CLOSE, GEN_OPEN, CopyLines, Gen, parse_program
 from backend.core.resolve import resolve_program
 from backend.runtime.grammar import Grammar

@@ -20,7 +20,9 @@ import time
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from backend.core.fsm import FSMState, TokenFSM, TokenVocabulary
+from backend.core.fsm import TokenFSM
+from backend.core.fsm_state import FSMState
+from backend.core.token_vocabulary import TokenVocabulary
 from backend.tokenizers import byte_level_alphabet, qwen25_encoding  # noqa: F401 (re-exported)
 
 

@@ -1,0 +1,78 @@
+"""The state one constrained decode shares between the decoder's steps (`backend.runtime.decoder`).
+
+`DecodeRun` is the small state object of the decode ladder: the cache, the FSM state, what waits to
+enter the cache at the next forward (`pending`), the program so far and the counts; `Counts` is
+what the metrics report about program tokens, joins and jump-forward.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from backend.core.fsm import TokenFSM
+from backend.core.fsm_state import FSMState
+from backend.core.program import Op
+from backend.runtime.events import DecodeEvent
+from backend.runtime.grammar import Grammar
+from backend.runtime.handle import DecodeCache
+from backend.runtime.hybrid import GenDrafting
+from backend.runtime.loop_guard import LoopGuard
+from backend.runtime.program_text import ForcedProgram, ProgramStream
+
+
+@dataclass
+class Counts:
+    """Program tokens by kind, and what the joins and jump-forward did."""
+
+    tag: int = 0
+    gen: int = 0
+    copied: int = 0
+    jump: int = 0
+    boundary: int = 0
+    boundary_tokens: int = 0
+
+    @property
+    def program(self) -> int:
+        return self.tag + self.gen
+
+
+@dataclass
+class DecodeRun:
+    """Everything the steps of one decode share. The cache holds prompt + program so far except
+    `pending`: tokens decided (chosen, forced, copied) that enter the cache at the next forward."""
+
+    source: str
+    tokenizer: Any
+    grammar: Grammar
+    cache: DecodeCache
+    state: FSMState
+    max_new_tokens: int | None
+    context_length: int | None
+    cancel: threading.Event | None = None
+    forced: ForcedProgram | None = None
+    sampling: tuple[float, float, Any] = (0.0, 1.0, None)  # temperature, top_p, generator
+    guard: LoopGuard | None = None
+    stream: ProgramStream = field(default_factory=ProgramStream)
+    ops: list[Op] = field(default_factory=list)
+    program: bytearray = field(default_factory=bytearray)
+    pending: list[int] = field(default_factory=list)
+    counts: Counts = field(default_factory=Counts)
+    stop_reason: str | None = None
+    error: str | None = None
+    base_forwards: int = 0     # cache.forwards after the prompt prefill
+    base_steps: int = 0        # len(cache.step_seconds) after the prompt prefill
+    started: float = 0.0
+    drafting: GenDrafting | None = None  # hybrid: prompt-lookup drafts inside gens (hybrid.py)
+
+    @property
+    def fsm(self) -> TokenFSM:
+        return self.grammar.fsm
+
+    def stop(self, reason: str, error: str | None = None) -> None:
+        self.stop_reason, self.error = reason, error
+
+    def event(self, kind: str, text: str, tokens: int) -> DecodeEvent:
+        return DecodeEvent(kind, text, tokens, self.cache.forwards - self.base_forwards, time.perf_counter() - self.started)
