@@ -50,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="in-process runtime: torch (default) or llama.cpp (GGUF models)")
     add("--engine-url", default=None, help="a vLLM / SGLang / llama.cpp server to decode on instead (http://host:port)")
     add("--engine-kind", choices=("vllm", "sglang", "llamacpp"), default=None, help="the server's kind, with --engine-url")
+    add("--tuned-lookup", default=None, metavar="N/K",
+        help="the tuned prompt-lookup setting the Compare tab runs beside the 2/10 defaults "
+             "(default: the bench's fastest on held-out commit edits, see docs/results.md)")
     add("--update-interval", type=float, default=0.2,
         help="seconds between page updates while streaming (default 0.2; the browser's rendering shares the CPU "
              "with the model)")
@@ -63,6 +66,15 @@ def _check(args: argparse.Namespace) -> str | None:
             return f"--{flag.replace('_', '-')} must be at least 1"
     if not args.run_seconds > 0:
         return "--run-seconds must be a positive number of seconds"
+    if args.tuned_lookup is not None:
+        from backend.runtime.prompt_lookup import MAX_DRAFTS, MAX_NGRAM, parse_setting
+
+        try:
+            setting = parse_setting(args.tuned_lookup)
+        except ValueError as error:
+            return f"--tuned-lookup: {error}"
+        if setting.ngram > MAX_NGRAM or setting.drafts > MAX_DRAFTS:
+            return f"--tuned-lookup: at most {MAX_NGRAM}-gram/{MAX_DRAFTS}"
     if bool(args.engine_url) != bool(args.engine_kind):
         return "--engine-url and --engine-kind go together"
     if args.model and not (os.path.isfile(os.path.join(os.path.expanduser(args.model), "config.json"))):
@@ -73,6 +85,15 @@ def _check(args: argparse.Namespace) -> str | None:
         except UnknownModel as error:
             return str(error)
     return None
+
+
+def _tuned_lookup(text: str | None) -> dict[str, tuple[int, int]]:
+    from backend.runtime.prompt_lookup import parse_setting
+
+    if text is None:
+        return {}
+    setting = parse_setting(text)
+    return {"tuned_lookup": (setting.ngram, setting.drafts)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,7 +134,8 @@ def serve(args: argparse.Namespace, credentials: tuple[tuple[str, str], ...]) ->
     config = AppConfig(model=args.model, db_url=args.db_url, limits=limits, include_random=args.include_random,
                        data_dir=args.data_dir, update_interval_s=max(0.02, args.update_interval),
                        max_waiting=args.max_waiting, run_seconds=args.run_seconds,
-                       runtime=args.runtime, engine_url=args.engine_url, engine_kind=args.engine_kind)
+                       runtime=args.runtime, engine_url=args.engine_url, engine_kind=args.engine_kind,
+                       **_tuned_lookup(args.tuned_lookup))
     service = AppService(config)
     print(f"database: {service.storage.location}", flush=True)  # the operator's log only, never the page
     if service.interrupted_at_start:

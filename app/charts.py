@@ -59,7 +59,7 @@ def comparison(rows: Sequence[dict[str, Any]]) -> go.Figure:
     figure = make_subplots(rows=1, cols=3, subplot_titles=[title for _, title in panels])
     for column, (key, _title) in enumerate(panels, start=1):
         figure.add_trace(go.Bar(
-            x=[STRATEGY_NAMES.get(r["strategy"], r["strategy"]) for r in rows],
+            x=[r.get("label") or STRATEGY_NAMES.get(r["strategy"], r["strategy"]) for r in rows],
             y=[float(r.get(key) or 0.0) for r in rows],
             marker_color=[STRATEGY_COLOURS.get(r["strategy"], "#999999") for r in rows],
             text=[_short(r.get(key)) for r in rows], textposition="auto",

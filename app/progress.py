@@ -36,12 +36,18 @@ class Snapshot:
 MIN_OWN_STEPS = 5  # fewer one-token steps than this give no stable median: use the load-time step
 
 
+def lookup_label(lookup: tuple[int, int]) -> str:
+    """(3, 64) -> "3-gram/64", the form `backend.runtime.prompt_lookup.parse_setting` reads back."""
+    return f"{lookup[0]}-gram/{lookup[1]}"
+
+
 class RunTracker:
     """Accumulates DecodeEvents of one strategy run. `step_seconds` prices plain decoding."""
 
-    def __init__(self, strategy: str, *, step_seconds: float | None = None) -> None:
+    def __init__(self, strategy: str, *, step_seconds: float | None = None, lookup: tuple[int, int] | None = None) -> None:
         self.strategy = strategy
         self.step_seconds = step_seconds
+        self.lookup = lookup  # prompt lookup's (n-gram, drafts): stored with the metrics, so Compare can tell runs apart
         self._lock = threading.Lock()
         self._spans: list[list[str]] = []  # [text, kind]
         self._program: list[str] = []
@@ -140,6 +146,8 @@ class RunTracker:
             "output_tokens": output_tokens,
             "tokens_per_second": float(rate),
         }
+        if self.lookup is not None:
+            metrics["lookup"] = lookup_label(self.lookup)
         step, basis = self._plain_step_price(final)
         if step:
             # Plain decoding pays one forward per output token (prefill excluded on both sides).

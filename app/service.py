@@ -25,6 +25,7 @@ from app.downloads import DownloadFolder
 from app.model_slots import ModelNotReady, ModelSlot, ModelSlots, ModelStatus
 from app.progress import RunTracker, Snapshot
 from app.run_queue import RunQueue
+from backend.runtime.prompt_lookup import TUNED_SETTING
 from backend.runtime.request import APP_LIMITS, EditError, EditLimits, EditRequest, check_request, check_source
 from backend.storage import EditRecord, NewEdit, SessionRecord, Storage, StorageError
 
@@ -47,6 +48,7 @@ class AppConfig:
     runtime: str = "torch"            # "torch" | "llama.cpp": who runs the model in this process
     engine_url: str | None = None     # a vLLM / SGLang / llama.cpp server instead (docs/DEPLOY.md)
     engine_kind: str | None = None    # "vllm" | "sglang" | "llamacpp", with engine_url
+    tuned_lookup: tuple[int, int] = (TUNED_SETTING.ngram, TUNED_SETTING.drafts)  # Compare's tuned prompt lookup
 
 
 @dataclass(frozen=True)
@@ -151,9 +153,10 @@ class AppService:
         slot = self._ready_slot(request.model)
         return PreparedRun(request.model, checked, slot.engine.prepare(checked))
 
-    def with_strategy(self, run: PreparedRun, strategy: str) -> PreparedRun:
-        """The same request for another strategy (its own prompt, its own context check)."""
-        checked = replace(run.request, strategy=strategy)
+    def with_strategy(self, run: PreparedRun, strategy: str, *, lookup: tuple[int, int] | None = None) -> PreparedRun:
+        """The same request for another strategy (its own prompt, its own context check); `lookup`
+        sets prompt lookup's (n-gram, drafts)."""
+        checked = replace(run.request, strategy=strategy, lookup=lookup or run.request.lookup)
         return PreparedRun(run.model, checked, self._ready_slot(run.model).engine.prepare(checked))
 
     # -- cancel --------------------------------------------------------------------------------
@@ -270,7 +273,9 @@ class _Producer(threading.Thread):
         super().__init__(name=f"decode-{run.request.strategy}", daemon=True)
         self.service, self.slot, self.run_ = service, slot, run
         self.session_id, self.cancel = session_id, cancel
-        self.tracker = RunTracker(run.request.strategy, step_seconds=slot.step_seconds)
+        request = run.request
+        self.tracker = RunTracker(request.strategy, step_seconds=slot.step_seconds,
+                                  lookup=request.lookup if request.strategy == "pld" else None)
         self.finished = threading.Event()
         self.outcome: dict[str, Any] = {}
         self.over_budget = threading.Event()

@@ -207,22 +207,28 @@ def test_cancel_keeps_a_partial_result_marked_partial(ui, service):
     assert e.cancel(request=browser("cancel")) == {}  # nothing left to cancel
 
 
-def test_compare_reference_runs_all_three_and_checks_the_target(ui, service):
+def test_compare_reference_runs_all_four_and_checks_the_target(ui, service):
+    """Plain decoding, prompt lookup at transformers' defaults and at the tuned setting (issue 10:
+    the peer at its best), copy-as-decode; each run stored with what it was."""
     c = ui.compare
     merged, items = merge(c.run(MODEL, SOURCE.replace("\r\n", "\n"), "Rename greet to welcome.", "reference", TARGET,
                                 200, SOURCE, request=browser("compare")))
     table = merged[c.table]
-    assert [row[0] for row in table] == ["plain decoding", "prompt lookup", "copy-as-decode"]
-    assert [row[10] for row in table] == ["✓ yes"] * 3, table
+    assert [row[0] for row in table] == ["plain decoding", "prompt lookup 2-gram/10", "prompt lookup 3-gram/64",
+                                         "copy-as-decode"]
+    assert [row[10] for row in table] == ["✓ yes"] * 4, table
     assert all(row[2] > 0 for row in table)  # forwards
-    assert "produced the target: ar, pld, cad of 3" in merged[c.status]
+    assert table[2][2] < table[1][2]  # 64 drafts per forward need fewer forwards than 10 on this copy-heavy edit
+    assert "compared 4 runs" in merged[c.status]
+    assert "produced the target: ar, pld, pld-tuned, cad of 4" in merged[c.status]
     assert merged[c.chart] is not None
-    assert all(merged[c.timers[s]].startswith("done") for s in ("ar", "pld", "cad"))
+    assert all(merged[c.timers[s]].startswith("done") for s in ("ar", "pld", "pld-tuned", "cad"))
     # the panes streamed: each strategy's pane got intermediate updates before the table
     assert sum(1 for update in items if c.streams["ar"] in update) >= 2
     session_id = int(merged[c.status].split("session #", 1)[1].split()[0])
     edits = service.storage.session_edits(session_id)
-    assert [e.strategy for e in edits] == ["ar", "pld", "cad"] and all(e.output == TARGET for e in edits)
+    assert [e.strategy for e in edits] == ["ar", "pld", "pld", "cad"] and all(e.output == TARGET for e in edits)
+    assert [e.metrics.get("lookup") for e in edits] == [None, "2-gram/10", "3-gram/64", None]
     assert all(e.input == SOURCE for e in edits)  # the uploaded CRLF text, not the textarea's LF copy
 
 
@@ -310,7 +316,8 @@ def test_history_lists_reopens_exports_and_deletes_after_confirming(ui, service)
     assert {kind for _t, kind in reopened[e.stream]} >= {"copy", "gen"}
     compare = next(s for s in service.storage.list_sessions() if s.kind == "compare")
     again = h.reopen(compare.id)
-    assert [row[10] for row in again[c.table]] == ["✓ yes"] * 3
+    assert [row[10] for row in again[c.table]] == ["✓ yes"] * 4
+    assert again[c.timers["pld-tuned"]].startswith("stored:") and again[c.table][2][0] == "prompt lookup 3-gram/64"
     exported = h.export(edit_session.id, everything=False)
     assert json.loads(Path(exported[h.export_file]).read_text(encoding="utf-8"))["session_id"] == edit_session.id
     asked = h.ask_delete(edit_session.id)

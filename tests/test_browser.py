@@ -2,7 +2,7 @@
 loopback (tiny-random model, a temp SQLite file).
 
 Covers: the page loads and the model becomes ready; a reference-mode edit streams copy (blue) and gen
-(orange) spans and fills the metrics; a comparison of the three strategies; annotating an edit with
+(orange) spans and fills the metrics; a comparison of the strategies (prompt lookup at its defaults and tuned); annotating an edit with
 the keyboard and finding the row in the database; HTML/script in the input shown literally, running
 nothing. Screenshots go to test-artifacts/ (gitignored); docs/screenshot-edit.png (the README's) is
 written when missing or with COPY_AS_DECODE_UPDATE_SCREENSHOT=1. The measured
@@ -206,22 +206,22 @@ def test_reference_edit_streams_copy_and_gen_spans_and_fills_metrics(app_page, s
     assert download.value.path().read_text(encoding="utf-8") == TARGET
 
 
-def test_comparison_runs_three_strategies_and_checks_the_target(app_page, server):
+def test_comparison_runs_four_and_checks_the_target(app_page, server):
     page = app_page
     page.get_by_role("tab", name="Compare", exact=True).click()
     page.click("#cmp-copy")
     page.wait_for_function("document.querySelector('#cmp-input textarea').value.length > 0")
     assert page.locator('#cmp-mode input[value="reference"]').is_checked()
     page.click("#cmp-run")
-    _wait_status(page, "cmp-status", "compared 3 strategies", timeout=120_000)
-    assert "produced the target: ar, pld, cad of 3" in _status(page, "cmp-status")
-    for strategy in ("ar", "pld", "cad"):
+    _wait_status(page, "cmp-status", "compared 4 runs", timeout=120_000)
+    assert "produced the target: ar, pld, pld-tuned, cad of 4" in _status(page, "cmp-status")
+    for strategy in ("ar", "pld", "pld-tuned", "cad"):
         assert _textarea(page, f"cmp-{strategy}-timer").input_value().startswith("done:")
         assert page.locator(f"#cmp-{strategy}-stream .token").count() > 0
     table = page.locator("#cmp-table").inner_text()
-    for name in ("plain decoding", "prompt lookup", "copy-as-decode"):
+    for name in ("plain decoding", "prompt lookup 2-gram/10", "prompt lookup 3-gram/64", "copy-as-decode"):
         assert name in table
-    assert table.count("✓ yes") == 3
+    assert table.count("✓ yes") == 4
     page.wait_for_selector("#cmp-chart .js-plotly-plot")
     assert _db(server, "select count(*) from sessions where kind = 'compare'") == [(1,)]
     page.screenshot(path=str(ARTIFACTS / "browser-compare.png"), full_page=True)

@@ -97,10 +97,11 @@ def test_replay_a_corpus_file(tmp_path, capsys):
     assert document["command"] == "replay" and document["model"] == "tiny-random"
     summary = document["summary"][str(corpus)]
     assert summary["cases"] == 3 and summary["all_exact"]
-    for strategy in ("cad", "ar", "pld"):
+    for strategy in ("cad", "ar", "pld", "pld_tuned"):
         assert summary[strategy]["exact"] == 3
         assert summary[strategy]["forwards"] > 0
-    assert set(summary["speedup"]) == {"cad_vs_ar", "pld_vs_ar", "cad_vs_pld"}
+    assert set(summary["speedup"]) == {"cad_vs_ar", "pld_vs_ar", "cad_vs_pld", "pld_tuned_vs_ar", "cad_vs_pld_tuned"}
+    assert document["tuned_lookup"] == "3-gram/64"
     assert all(v > 0 for v in summary["speedup"].values())
     assert summary["boundary"]["jump_forward_tokens"] > 0
     assert len(document["cases"]) == 3

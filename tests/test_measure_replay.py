@@ -9,6 +9,7 @@ import pytest
 
 from backend.data.cases import EditCase
 from backend.measure.replay import (
+    TUNED_LOOKUP,
     boundary_summary,
     exact_counts,
     is_exact,
@@ -47,11 +48,15 @@ class _Engine:
     def __init__(self, script: dict[tuple[str, str], tuple[str, str | None, float]]) -> None:
         self.script = script
         self.calls: list[tuple[str, str, str]] = []
+        self.lookups: list[tuple[int, int] | None] = []
 
     def run_to_result(self, source: str, instruction: str, *, strategy: str, mode: str, target: str,
-                      max_new_tokens: int) -> _Result:
-        self.calls.append((source, strategy, mode))
-        output, error, seconds = self.script[source, strategy]
+                      max_new_tokens: int, lookup: tuple[int, int] | None = None) -> _Result:
+        assert (lookup is not None) == (strategy == "pld")  # prompt lookup always gets its setting
+        name = "pld_tuned" if strategy == "pld" and lookup != (2, 10) else strategy
+        self.calls.append((source, name, mode))
+        self.lookups.append(lookup)
+        output, error, seconds = self.script[source, name]
         if output == "boom":
             raise RuntimeError("engine failed")
         copies = 2 if strategy == "cad" else None
@@ -59,8 +64,9 @@ class _Engine:
                        program='<copy lines="1-1"/>' if strategy == "cad" else None)
 
 
-def _script(source: str, target: str, cad: float, ar: float, pld: float) -> dict:
-    return {(source, "cad"): (target, None, cad), (source, "ar"): (target, None, ar), (source, "pld"): (target, None, pld)}
+def _script(source: str, target: str, cad: float, ar: float, pld: float, tuned: float | None = None) -> dict:
+    return {(source, "cad"): (target, None, cad), (source, "ar"): (target, None, ar), (source, "pld"): (target, None, pld),
+            (source, "pld_tuned"): (target, None, pld if tuned is None else tuned)}
 
 
 def test_exact_means_no_error_and_the_same_bytes():
@@ -71,12 +77,18 @@ def test_exact_means_no_error_and_the_same_bytes():
 
 def test_replay_case_runs_each_strategy_in_reference_mode():
     case = EditCase("c1", "x = 1\n", "x = 2\n", instruction=None)
-    engine = _Engine(_script(case.source, case.target, cad=1.0, ar=4.0, pld=2.0))
+    engine = _Engine(_script(case.source, case.target, cad=1.0, ar=4.0, pld=2.0, tuned=1.6))
     record = replay_case(engine, case)
-    assert [(s, m) for _, s, m in engine.calls] == [("cad", "reference"), ("ar", "reference"), ("pld", "reference")]
-    assert all(record[s]["exact"] for s in ("cad", "ar", "pld"))
+    assert [(s, m) for _, s, m in engine.calls] == [("cad", "reference"), ("ar", "reference"), ("pld", "reference"),
+                                                   ("pld_tuned", "reference")]
+    assert engine.lookups == [None, None, (2, 10), TUNED_LOOKUP]  # defaults, then the tuned setting
+    assert all(record[s]["exact"] for s in ("cad", "ar", "pld", "pld_tuned"))
     assert record["cad"]["program"] == '<copy lines="1-1"/>' and "program" not in record["ar"]
-    assert record["speedup"] == {"cad_vs_ar": 4.0, "pld_vs_ar": 2.0, "cad_vs_pld": 2.0}
+    assert record["speedup"] == {"cad_vs_ar": 4.0, "pld_vs_ar": 2.0, "cad_vs_pld": 2.0, "pld_tuned_vs_ar": 2.5,
+                                 "cad_vs_pld_tuned": 1.6}
+    other = _Engine(_script(case.source, case.target, cad=1.0, ar=4.0, pld=2.0))
+    replay_case(other, case, tuned=(4, 128))  # the caller's tuned setting (replay --lookup)
+    assert other.lookups[-1] == (4, 128)
     assert record["ar"]["metrics"]["forwards"] == 40
 
 

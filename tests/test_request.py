@@ -33,6 +33,10 @@ REFUSED = [
     (dict(mode="reference", target=""), APP_LIMITS, "needs the desired result"),
     (dict(source="x" * 20_001), APP_LIMITS, "20,001 characters; the limit is 20,000"),
     (dict(strategy="beam"), APP_LIMITS, "unknown strategy 'beam'"),
+    (dict(lookup=(0, 10)), EditLimits(), "prompt lookup 0-gram/10: the n-gram size must be 1-8"),
+    (dict(lookup=(2, 1000)), EditLimits(), "drafts 1-256"),
+    (dict(lookup=(2.5, 10)), EditLimits(), "n-gram size must be a whole number"),
+    (dict(lookup="3/64"), EditLimits(), "must be \\(n-gram size, draft tokens\\)"),
 ]
 
 
@@ -50,6 +54,8 @@ def test_accepted_values_are_normalised_not_truncated():
     assert check_request("a\n", "x", max_new_tokens=None, limits=APP_LIMITS).max_new_tokens == 512
     assert check_request("a\n", "x", mode="reference", target="b\n").target == "b\n"
     assert check_request("a\n", "x", target="ignored in model mode").target is None
+    assert check_request("a\n", "x").lookup == (2, 10)  # transformers' defaults
+    assert check_request("a\n", "x", lookup=[3.0, 64]).lookup == (3, 64)
 
 
 def test_the_library_default_still_allows_an_empty_input():

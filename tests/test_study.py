@@ -154,13 +154,13 @@ def test_quick__merge_extra_kernel_from_results(quick: tuple[Path, dict, str], t
 # --- pure parts ------------------------------------------------------------------------------------
 
 
-def _case(corpus: str, gold: int, cad: float, ar: float, pld: float) -> dict:
+def _case(corpus: str, gold: int, cad: float, ar: float, pld: float, tuned: float | None = None) -> dict:
     def run(seconds: float) -> dict:
         return {"wall_seconds": seconds, "prefill_seconds": 0.5, "forwards": 10, "exact": True,
                 "metrics": {"jump_forward_tokens": 2, "boundary_retokenized": 1, "prompt_tokens": 100}}
 
     return {"corpus": corpus, "id": f"{corpus}/{gold}", "gold_tokens": gold, "cad": run(cad), "ar": run(ar),
-            "pld": run(pld), "bound": {"plain_seconds": gold * 0.1, "copy_seconds": 1.0, "copy_spans": [gold - 4],
+            "pld": run(pld), "pld_tuned": run(pld if tuned is None else tuned), "bound": {"plain_seconds": gold * 0.1, "copy_seconds": 1.0, "copy_spans": [gold - 4],
                                        "generated_tokens": 4, "tag_tokens": 8}}
 
 
@@ -173,8 +173,11 @@ class _Kernel:
 
 
 def test_summarize_replay__speedups_are_ratios_of_sums() -> None:
-    cases = [_case("a", 100, cad=1.0, ar=10.0, pld=2.0), _case("a", 50, cad=3.0, ar=5.0, pld=2.0)]
+    cases = [_case("a", 100, cad=1.0, ar=10.0, pld=2.0, tuned=1.5), _case("a", 50, cad=3.0, ar=5.0, pld=2.0, tuned=1.5)]
     summary = summarize_replay(cases, _Kernel())
+    assert summary["speedup"]["cad_vs_pld_tuned"] == pytest.approx(3.0 / 4.0)  # the tuned peer wins here
+    assert summary["speedup"]["pld_tuned_vs_ar"] == pytest.approx(15.0 / 3.0)
+    assert summary["cad_faster_than_pld_tuned_cases"] == 1
     assert summary["speedup"]["cad_vs_ar"] == pytest.approx(15.0 / 4.0)
     assert summary["speedup"]["pld_vs_ar"] == pytest.approx(15.0 / 4.0)
     assert summary["speedup"]["cad_vs_pld"] == pytest.approx(1.0)

@@ -1,4 +1,8 @@
-"""The Compare tab: plain decoding, prompt lookup and copy-as-decode on one input, one after another."""
+"""The Compare tab: plain decoding, prompt lookup (at transformers' defaults and tuned) and
+copy-as-decode on one input, one after another.
+
+Prompt lookup runs twice because a user would tune it: the peer at its best is the comparison that
+matters (issue 10), the defaults show what an untuned setup gets."""
 
 from __future__ import annotations
 
@@ -9,13 +13,14 @@ import gradio as gr
 
 from app import charts
 from app.present import STRATEGY_LABELS, exact_source, spans_value, stop_reason
-from app.progress import Snapshot
+from app.progress import Snapshot, lookup_label
 from app.service import AppService, InputError, PreparedRun, RunRequest
 from app.tabs.common import COLOUR_MAP, LEGEND, api_event, run_concurrency, session_key, ui_event
 from app.tabs.waiting import run_in_turn
 from backend.storage import EditRecord, StorageError
 
-STRATEGY_ORDER = ("ar", "pld", "cad")
+PANES = ("ar", "pld", "pld-tuned", "cad")  # one pane per run; "pld-tuned" is prompt lookup at the tuned setting
+DEFAULT_LOOKUP = (2, 10)  # transformers' prompt_lookup defaults
 COMPARE_HEADERS = [
     "strategy", "wall s", "forwards", "tokens/s", "output tokens", "copied", "generated", "tag",
     "speed-up vs plain (per output token)", "stop", "produced target", "edit",
@@ -24,8 +29,11 @@ COMPARE_HEADERS = [
 
 def compare_row(strategy: str, metrics: dict[str, Any], *, stop: str, mode: str, produced_target: bool,
                 edit_id: int | None) -> dict[str, Any]:
+    lookup = metrics.get("lookup")
     return {
-        "strategy": strategy, "wall_seconds": float(metrics.get("elapsed_seconds") or 0.0),
+        "strategy": strategy, "lookup": lookup,
+        "label": STRATEGY_LABELS[strategy] + (f" {lookup}" if strategy == "pld" and lookup else ""),
+        "wall_seconds": float(metrics.get("elapsed_seconds") or 0.0),
         "forwards": int(metrics.get("forwards") or 0),
         "tokens_per_second": float(metrics.get("tokens_per_second") or 0.0),
         "output_tokens": int(metrics.get("output_tokens") or 0), "tokens_copied": int(metrics.get("tokens_copied") or 0),
@@ -48,7 +56,7 @@ def compare_table(rows: list[dict[str, Any]]) -> list[list[Any]]:
         speedup = f"{plain / mine:.2f}×" if plain and mine else "—"
         target = ("✓ yes" if r["produced_target"] else "✗ no") if r["mode"] == "reference" else "(model mode)"
         table.append([
-            STRATEGY_LABELS[r["strategy"]], round(r["wall_seconds"], 3), r["forwards"], round(r["tokens_per_second"], 1),
+            r["label"], round(r["wall_seconds"], 3), r["forwards"], round(r["tokens_per_second"], 1),
             r["output_tokens"], r["tokens_copied"], r["tokens_generated"], r["tokens_tag"], speedup, r["stop"], target,
             r["edit_id"],
         ])
@@ -57,10 +65,10 @@ def compare_table(rows: list[dict[str, Any]]) -> list[list[Any]]:
 
 def length_note(rows: list[dict[str, Any]]) -> str:
     """Says so when the outputs differ in length (the speed-up is then per output token)."""
-    lengths = {r["strategy"]: r["output_tokens"] for r in rows}
+    lengths = {r["label"]: r["output_tokens"] for r in rows}
     if len(set(lengths.values())) <= 1:
         return ""
-    listed = ", ".join(f"{STRATEGY_LABELS[s]} {n}" for s, n in lengths.items())
+    listed = ", ".join(f"{label} {n}" for label, n in lengths.items())
     return f" · the outputs differ ({listed} tokens): speed-up is per output token"
 
 
@@ -97,14 +105,15 @@ class CompareTab:
             self.timers: dict[str, gr.Textbox] = {}
             self.streams: dict[str, gr.HighlightedText] = {}
             with gr.Row(equal_height=False):
-                for strategy in STRATEGY_ORDER:
-                    with gr.Column(min_width=260, elem_id=f"cmp-pane-{strategy}"):
-                        gr.Markdown(f"**{STRATEGY_LABELS[strategy]}** ({strategy})")
-                        self.timers[strategy] = gr.Textbox(value="—", label="timer", interactive=False,
-                                                           elem_id=f"cmp-{strategy}-timer")
-                        self.streams[strategy] = gr.HighlightedText(
-                            label=STRATEGY_LABELS[strategy], color_map=COLOUR_MAP, show_legend=False,
-                            show_inline_category=False, elem_id=f"cmp-{strategy}-stream", elem_classes=["mono"],
+                for pane in PANES:
+                    title = self.pane_title(pane)
+                    with gr.Column(min_width=220, elem_id=f"cmp-pane-{pane}"):
+                        gr.Markdown(f"**{title}**")
+                        self.timers[pane] = gr.Textbox(value="—", label="timer", interactive=False,
+                                                       elem_id=f"cmp-{pane}-timer")
+                        self.streams[pane] = gr.HighlightedText(
+                            label=title, color_map=COLOUR_MAP, show_legend=False,
+                            show_inline_category=False, elem_id=f"cmp-{pane}-stream", elem_classes=["mono"],
                             interactive=False,
                         )
             self.status = gr.Textbox(label="Status", interactive=False, elem_id="cmp-status")
@@ -114,7 +123,7 @@ class CompareTab:
 
     @property
     def outputs(self) -> list[Any]:
-        panes = [c for s in STRATEGY_ORDER for c in (self.streams[s], self.timers[s])]
+        panes = [c for s in PANES for c in (self.streams[s], self.timers[s])]
         return [*panes, self.table, self.chart, self.cancel_button, self.status]
 
     @property
@@ -145,9 +154,29 @@ class CompareTab:
         return {}
 
     def _prepare(self, raw: RunRequest) -> dict[str, PreparedRun]:
-        """One prepared run per strategy (each prompt must fit the context too)."""
+        """One prepared run per pane (each prompt must fit the context too)."""
         base = self.service.prepare(raw)
-        return {s: base if s == "cad" else self.service.with_strategy(base, s) for s in STRATEGY_ORDER}
+        runs = {pane: self.service.with_strategy(base, "pld" if pane == "pld-tuned" else pane, lookup=self.pane_lookup(pane))
+                for pane in PANES if pane != "cad"}
+        return {**runs, "cad": base}
+
+    def pane_lookup(self, pane: str) -> tuple[int, int] | None:
+        """Prompt lookup's (n-gram, drafts) for a pane; None for the others."""
+        return {"pld": DEFAULT_LOOKUP, "pld-tuned": tuple(self.service.config.tuned_lookup)}.get(pane)  # type: ignore[return-value]
+
+    def pane_title(self, pane: str) -> str:
+        lookup = self.pane_lookup(pane)
+        if lookup is None:
+            return f"{STRATEGY_LABELS[pane]} ({pane})"
+        which = "transformers' defaults" if pane == "pld" else "tuned"
+        return f"prompt lookup {lookup_label(lookup)} ({which})"
+
+    def pane_of(self, strategy: str, metrics: dict[str, Any]) -> str:
+        """The pane a stored run belongs in: prompt lookup by its setting (older runs: the defaults)."""
+        if strategy == "pld" and metrics.get("lookup") == lookup_label(self.service.config.tuned_lookup) \
+                and tuple(self.service.config.tuned_lookup) != DEFAULT_LOOKUP:
+            return "pld-tuned"
+        return strategy
 
     def run(self, model: str, source: str, instruction: str, mode: str, target: str | None, max_new_tokens: Any,
             uploaded: str | None = None, request: gr.Request = None,  # type: ignore[assignment]
@@ -171,24 +200,24 @@ class CompareTab:
         except StorageError as error:
             yield {self.status: str(error), self.cancel_button: gr.update(interactive=False)}
             return
-        blank = {**{self.streams[s]: [] for s in STRATEGY_ORDER}, **{self.timers[s]: "waiting" for s in STRATEGY_ORDER}}
+        blank = {**{self.streams[s]: [] for s in PANES}, **{self.timers[s]: "waiting" for s in PANES}}
         yield {**blank, self.table: [], self.chart: None, self.cancel_button: gr.update(interactive=True),
-               self.status: "running plain decoding, prompt lookup, copy-as-decode in turn…"}
+               self.status: "running plain decoding, prompt lookup (defaults, tuned), copy-as-decode in turn…"}
         rows: list[dict[str, Any]] = []
-        for strategy in STRATEGY_ORDER:
+        for pane in PANES:
             if cancel.is_set():
-                yield {self.timers[strategy]: "skipped (cancelled)"}
+                yield {self.timers[pane]: "skipped (cancelled)"}
                 continue
             final: Snapshot | None = None
-            for snap in self.service.stream_run(runs[strategy], session_id=session.id, cancel=cancel):
+            for snap in self.service.stream_run(runs[pane], session_id=session.id, cancel=cancel):
                 final = snap
-                yield {self.streams[strategy]: spans_value(snap.spans), self.timers[strategy]: _timer(snap)}
+                yield {self.streams[pane]: spans_value(snap.spans), self.timers[pane]: _timer(snap)}
             if final is not None:
-                rows.append(self._row(final, base))
+                rows.append({**self._row(final, base), "pane": pane})
                 yield {self.table: compare_table(rows)}
-        status = f"compared {len(rows)} strategies · session #{session.id}" + length_note(rows)
+        status = f"compared {len(rows)} runs · session #{session.id}" + length_note(rows)
         if base.request.mode == "reference":
-            ok = [r["strategy"] for r in rows if r["produced_target"]]
+            ok = [r["pane"] for r in rows if r["produced_target"]]
             status += f" · produced the target: {', '.join(ok) if ok else 'none'} of {len(rows)}"
         if cancel.is_set():
             status += " · cancelled (partial results kept)"
@@ -212,14 +241,15 @@ class CompareTab:
         rows = []
         for edit in edits:
             m = edit.metrics
-            update[self.streams[edit.strategy]] = spans(edit)
-            update[self.timers[edit.strategy]] = (
+            pane = self.pane_of(edit.strategy, m)
+            update[self.streams[pane]] = spans(edit)
+            update[self.timers[pane]] = (
                 f"stored: {float(m.get('elapsed_seconds') or 0):.2f} s · {m.get('output_tokens', 0)} tokens · "
                 f"{m.get('forwards', 0)} forwards ({edit.stop_reason})"
             )
-            rows.append(compare_row(edit.strategy, m, stop=edit.stop_reason, mode=edit.mode,
-                                    produced_target=edit.mode == "reference" and edit.output == edit.target,
-                                    edit_id=edit.id))
+            rows.append({**compare_row(edit.strategy, m, stop=edit.stop_reason, mode=edit.mode,
+                                       produced_target=edit.mode == "reference" and edit.output == edit.target,
+                                       edit_id=edit.id), "pane": pane})
         update.update({self.table: compare_table(rows), self.chart: charts.comparison(rows),
                        self.status: f"stored comparison #{session_id}" + length_note(rows)})
         return update

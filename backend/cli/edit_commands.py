@@ -1,21 +1,23 @@
 """Commands that run a model: `edit` (one edit, streamed) and `replay` (reference replay of corpora).
 
-`edit --model M --source F --instruction TEXT [--strategy cad|ar|pld] [--max-new-tokens N]
+`edit --model M --source F --instruction TEXT [--strategy cad|ar|pld] [--lookup N/K] [--max-new-tokens N]
       [--temperature T] [--top-p P] [--seed S] [--target F]`
     Streams what the model writes to stderr as it is produced (for cad: the program; for ar / pld:
     the text), then prints to stdout the resolved output, a metrics table and, as the last line,
     one JSON document. With --target the run is in reference mode (the target is forced through
     the model; for cad, its oracle program) and the JSON says whether the output equals it.
 
-`replay CORPUS... [--model M] [--limit K] [--data-dir D]`
-    Measures, for each case, reference replay of the target through the same model with all three
-    strategies one after another in this process: copy-as-decode (the oracle program: gens forced
+`replay CORPUS... [--model M] [--limit K] [--data-dir D] [--lookup N/K]`
+    Measures, for each case, reference replay of the target through the same model with every
+    strategy one after another in this process: copy-as-decode (the oracle program: gens forced
     token by token, copies in one forward each), plain decoding (one forced token per forward) and
-    prompt-lookup decoding (drafts accepted while they match the target). Per strategy: wall-clock
+    prompt-lookup decoding (drafts accepted while they match the target) twice: at transformers'
+    defaults (pld, 2-gram/10) and tuned (pld_tuned, --lookup, default the setting `bench` found
+    fastest on held-out commit edits). Per strategy: wall-clock
     seconds after the prompt prefill (the prefill is reported apart: the three prompts differ),
     forward passes, exact match with the target; for cad the boundary re-tokenisations and the
     jump-forward tokens (decode steps saved). Speed-ups are ratios of wall time: cad_vs_ar =
-    ar / cad, pld_vs_ar = ar / pld, cad_vs_pld = pld / cad, pooled per corpus and across corpora
+    ar / cad, pld_vs_ar = ar / pld, cad_vs_pld = pld / cad, cad_vs_pld_tuned = pld_tuned / cad, pooled per corpus and across corpora
     as ratios of summed seconds; "exact" = no error and output == target byte for byte. All of it
     is computed by backend/measure/replay.py, the same code the study uses. A table per corpus and
     pooled, then one JSON line. Exit 1 when any output differs from its target.
@@ -32,7 +34,8 @@ import time
 from typing import Any
 
 from backend.cli.common import UsageError, emit, format_table, read_text_file
-from backend.measure.replay import STRATEGIES
+from backend.measure.replay import STRATEGIES, TUNED_LOOKUP
+from backend.runtime.request import STRATEGIES as ENGINE_STRATEGIES
 
 
 def load_engine(name: str | None, *, limits: Any = None, runtime: str = "torch", engine_url: str | None = None,
@@ -84,6 +87,7 @@ def cmd_edit(args: argparse.Namespace) -> int:
         events = engine.run(
             source, args.instruction, strategy=args.strategy, mode=mode, target=target,
             max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p, seed=args.seed,
+            lookup=args.lookup,
         )
     except EditError as error:
         raise UsageError(str(error)) from None
@@ -128,11 +132,13 @@ def replay_table(summaries: dict[str, dict[str, Any]]) -> str:
         rows.append([
             name, n, " ".join(f"{s['exact_runs'][k]['ok']}/{n}" for k in STRATEGIES),
             _x(speedup.get("cad_vs_ar")), _x(speedup.get("pld_vs_ar")), _x(speedup.get("cad_vs_pld")),
+            _x(speedup.get("cad_vs_pld_tuned")),
             " / ".join(str(s.get(k, {}).get("forwards", "-")) for k in STRATEGIES),
             f"{boundary['boundary_retokenized']}/{boundary['copies']}", boundary["jump_forward_tokens"],
         ])
     return format_table(
-        ["corpus", "cases", "exact cad ar pld", "cad/ar", "pld/ar", "cad/pld", "forwards cad/ar/pld",
+        ["corpus", "cases", "exact cad ar pld pld-tuned", "cad/ar", "pld/ar", "cad/pld", "cad/pld-tuned",
+         "forwards cad/ar/pld/pld-tuned",
          "retok/copies", "jump-fwd saved"],
         rows,
     )
@@ -157,7 +163,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     records: list[dict[str, Any]] = []
     for name, cases in corpora:
         for index, case in enumerate(cases, start=1):
-            record = {"corpus": name, **replay_case(engine, case)}
+            record = {"corpus": name, **replay_case(engine, case, tuned=args.lookup)}
             record["cad"].pop("program", None)
             records.append(record)
             print(
@@ -171,7 +177,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     document = {
         "command": "replay", "model": engine.name, "weights": engine.loaded.weights_label,
         "device": str(engine.loaded.device), "dtype": str(engine.loaded.dtype).replace("torch.", ""),
-        "seconds": time.perf_counter() - started, "summary": summaries, "cases": _rounded(records),
+        "seconds": time.perf_counter() - started, "tuned_lookup": f"{args.lookup[0]}-gram/{args.lookup[1]}",
+        "summary": summaries, "cases": _rounded(records),
     }
     emit(replay_table(summaries), document)
     return 0 if all(s["all_exact"] for s in summaries.values()) else 1
@@ -199,6 +206,17 @@ def _rounded(value: Any) -> Any:
 # --- registration -------------------------------------------------------------------------------
 
 
+def _lookup(text: str) -> tuple[int, int]:
+    """'3/64' or '3-gram/64' -> (3, 64); the engine checks the ranges."""
+    from backend.runtime.prompt_lookup import parse_setting
+
+    try:
+        setting = parse_setting(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return setting.ngram, setting.drafts
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -214,7 +232,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default=None, help="models.yaml entry (default: the embedded SmolLM2)")
     p.add_argument("--source", required=True, metavar="F", help="the input file (UTF-8)")
     p.add_argument("--instruction", default=None, metavar="TEXT")
-    p.add_argument("--strategy", choices=STRATEGIES, default="cad")
+    p.add_argument("--strategy", choices=ENGINE_STRATEGIES, default="cad")
+    p.add_argument("--lookup", type=_lookup, default=(2, 10), metavar="N/K",
+                   help="prompt lookup (--strategy pld): largest n-gram N, K draft tokens (default 2/10, transformers')")
     p.add_argument("--max-new-tokens", type=_positive_int, default=512, metavar="N")
     p.add_argument("--temperature", type=float, default=0.0, metavar="T")
     p.add_argument("--top-p", type=float, default=1.0, metavar="P")
@@ -228,5 +248,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default=None, help="models.yaml entry (default: the embedded SmolLM2)")
     p.add_argument("--limit", type=int, default=None, metavar="K", help="first K cases of each corpus")
     p.add_argument("--data-dir", default=None, metavar="D", help="where named corpora live (default ../shared/data)")
+    p.add_argument("--lookup", type=_lookup, default=TUNED_LOOKUP, metavar="N/K",
+                   help=f"the tuned prompt-lookup run's setting (default {TUNED_LOOKUP[0]}/{TUNED_LOOKUP[1]}: "
+                        "bench's fastest on held-out commit edits)")
     _add_runtime_flags(p, remote=False)
     p.set_defaults(handler=cmd_replay)

@@ -107,7 +107,8 @@ class EditEngine:
     def validate(self, source: Any, instruction: Any, **options: Any) -> PreparedEdit:
         """The request checked (backend.runtime.request.check_request with this engine's limits),
         tokenised and checked against the context length; EditError says what to change.
-        Options: strategy, mode, target, max_new_tokens, temperature, top_p, seed. Changes no state."""
+        Options: strategy, mode, target, max_new_tokens, temperature, top_p, seed, lookup (prompt
+        lookup's (n-gram, drafts)). Changes no state."""
         return self.prepare(check_request(source, instruction, limits=self.limits, **options))
 
     def prepare(self, request: EditRequest) -> PreparedEdit:
@@ -165,18 +166,22 @@ class EditEngine:
                     loaded, source, instruction, max_new_tokens=None, cancel=cancel, force_program=program,
                     grammar=self.grammar, prompt_ids=prepared.prompt_ids,
                 )
-            replay = replay_plain if request.strategy == "ar" else replay_prompt_lookup
-            return replay(loaded, list(prepared.prompt_ids), list(prepared.target_ids), cancel=cancel)
+            if request.strategy == "ar":
+                return replay_plain(loaded, list(prepared.prompt_ids), list(prepared.target_ids), cancel=cancel)
+            return replay_prompt_lookup(loaded, list(prepared.prompt_ids), list(prepared.target_ids), cancel=cancel,
+                                        max_ngram_size=request.lookup[0], num_pred_tokens=request.lookup[1])
         temperature, top_p, seed = request.temperature, request.top_p, request.seed
         if request.strategy == "cad":
             return decode_program(
                 loaded, source, instruction, max_new_tokens=request.max_new_tokens, temperature=temperature,
                 top_p=top_p, seed=seed, cancel=cancel, grammar=self.grammar, prompt_ids=prepared.prompt_ids,
             )
-        decode = decode_plain if request.strategy == "ar" else decode_prompt_lookup
-        return decode(
+        if request.strategy == "ar":
+            return decode_plain(loaded, list(prepared.prompt_ids), max_new_tokens=request.max_new_tokens,
+                                temperature=temperature, top_p=top_p, seed=seed, cancel=cancel)
+        return decode_prompt_lookup(
             loaded, list(prepared.prompt_ids), max_new_tokens=request.max_new_tokens, temperature=temperature,
-            top_p=top_p, seed=seed, cancel=cancel,
+            top_p=top_p, seed=seed, cancel=cancel, max_ngram_size=request.lookup[0], num_pred_tokens=request.lookup[1],
         )
 
     def run_to_result(self, source: str, instruction: str | None, **options: Any) -> DecodeResult:

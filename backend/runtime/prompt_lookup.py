@@ -34,6 +34,12 @@ class PromptLookupSetting:
 
 
 DEFAULT_SETTING = PromptLookupSetting(2, 10)  # transformers' defaults
+# The peer tuned: the fastest setting of SWEEP on held-out real commit edits (`python -m backend bench
+# commits`, SmolLM2, this repository's CPU; docs/results.md). The app's Compare tab runs it beside the
+# defaults; `--lookup` overrides it everywhere.
+TUNED_SETTING = PromptLookupSetting(3, 64)
+MAX_NGRAM = 8      # larger n-grams almost never recur verbatim; a request beyond these is refused
+MAX_DRAFTS = 256
 NGRAM_SIZES = (1, 2, 3, 4)
 DRAFT_LENGTHS = (10, 16, 32, 64, 128)
 SWEEP = tuple(PromptLookupSetting(n, k) for n in NGRAM_SIZES for k in DRAFT_LENGTHS)

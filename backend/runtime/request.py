@@ -9,7 +9,7 @@ Rejected, with the reason in the message: a value of the wrong type; text that i
 Unicode (a lone surrogate such as U+D800 cannot be encoded, so no tokenizer can read it); an
 unknown strategy or mode; reference mode without a target; sizes over the limits; a token count
 that is not a whole number (12.5, NaN, inf, True are refused, never truncated); a temperature or
-top-p that is not a finite number in range; and, at entry points (`EditLimits.entry_point`), an
+top-p that is not a finite number in range; a prompt-lookup setting outside 1-8 n-grams, 1-256 drafts; and, at entry points (`EditLimits.entry_point`), an
 empty input or a blank instruction in model mode.
 """
 
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from backend.core.lines import line_count
+from backend.runtime.prompt_lookup import MAX_DRAFTS, MAX_NGRAM
 
 STRATEGIES = ("cad", "ar", "pld")
 MODES = ("model", "reference")
@@ -71,6 +72,7 @@ class EditRequest:
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int | None = None
+    lookup: tuple[int, int] = (2, 10)  # prompt lookup ("pld"): largest n-gram, most draft tokens per forward
 
 
 def check_text(value: Any, what: str) -> str:
@@ -146,6 +148,17 @@ def _check_tokens(max_new_tokens: Any, limits: EditLimits) -> int:
     return tokens
 
 
+def _check_lookup(lookup: Any) -> tuple[int, int]:
+    """Prompt lookup's (n-gram size, draft tokens): whole numbers in 1..8 and 1..256."""
+    if not isinstance(lookup, (tuple, list)) or len(lookup) != 2:
+        raise EditError(f"prompt lookup setting must be (n-gram size, draft tokens), not {lookup!r}")
+    ngram, drafts = whole_number(lookup[0], "prompt lookup n-gram size"), whole_number(lookup[1], "prompt lookup drafts")
+    if not 1 <= ngram <= MAX_NGRAM or not 1 <= drafts <= MAX_DRAFTS:
+        raise EditError(f"prompt lookup {ngram}-gram/{drafts}: the n-gram size must be 1-{MAX_NGRAM} "
+                        f"and the drafts 1-{MAX_DRAFTS}")
+    return ngram, drafts
+
+
 def _check_sampling(temperature: Any, top_p: Any, seed: Any) -> tuple[float, float, int | None]:
     temperature = finite_number(temperature, "temperature")
     if temperature < 0:
@@ -169,6 +182,7 @@ def check_request(
     temperature: Any = 0.0,
     top_p: Any = 1.0,
     seed: Any = None,
+    lookup: Any = (2, 10),
     limits: EditLimits = EditLimits(),
 ) -> EditRequest:
     """The validated request (see the module docstring for what is refused). Changes no state.
@@ -184,4 +198,5 @@ def check_request(
         max_new_tokens = min(limits.default_new_tokens, limits.max_new_tokens)
     tokens = _check_tokens(max_new_tokens, limits)
     temperature, top_p, seed = _check_sampling(temperature, top_p, seed)
-    return EditRequest(source, instruction, strategy, mode, target, tokens, temperature, top_p, seed)
+    return EditRequest(source, instruction, strategy, mode, target, tokens, temperature, top_p, seed,
+                       _check_lookup(lookup))

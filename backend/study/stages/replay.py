@@ -1,4 +1,4 @@
-"""Stage 5, replay: measured wall clock of reference replay, cad vs ar vs pld, same cases, same model
+"""Stage 5, replay: measured wall clock of reference replay, cad vs ar vs pld (defaults and tuned), same cases, same model
 (backend.measure.replay), with each exact cad program's closed-form bound beside it.
 
 Replay subset (CPU is slow on long files; a plain replay of a 3,000-token stdlib file takes minutes):
@@ -14,7 +14,7 @@ import random
 from typing import Any
 
 from backend.data.cases import EditCase
-from backend.measure.replay import STRATEGIES, pool_by_corpus, replay_case, summarize_replay, warm_up
+from backend.measure.replay import STRATEGIES, TUNED_LOOKUP, pool_by_corpus, replay_case, summarize_replay, warm_up
 from backend.study.config import LONG_CORPORA
 from backend.study.context import StudyContext
 from backend.study.stages.kernel import kernel_label
@@ -26,6 +26,7 @@ def run(ctx: StudyContext) -> None:
     tokenize = ctx.tokenizer(ctx.model_vocabulary)
     section: dict[str, Any] = {
         "model": config.model, "mode": "reference", "strategies": list(STRATEGIES),
+        "tuned_lookup": f"{TUNED_LOOKUP[0]}-gram/{TUNED_LOOKUP[1]}",
         "limit": config.limit, "long_limit": config.long_limit, "replay_max_tokens": config.replay_max_tokens,
         "order": config.replay_order, "kernel": kernel_label(kernel.to_dict()), "cases": [],
     }
