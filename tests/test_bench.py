@@ -81,3 +81,33 @@ def test_library_check_agrees_with_transformers_generate(tiny_model):
     check = sb.library_check(engine, sb.prepare_cases(engine, cases), max_new_tokens=12)
     assert check["cases"] == 2 and check["same_output"] == {"ar": 2, "pld": 2}
     assert 0 < check["generated_tokens"] <= 24 and all(s > 0 for s in check["seconds"].values())
+
+
+def test_bench_on_both_cpu_runtimes_in_one_run(corpus, tmp_path, capsys):
+    """Issue 11: torch and llama.cpp timed in one process on the same cases (the embedded model:
+    llama.cpp runs its GGUF), each runtime's plain step and every strategy against the fastest plain."""
+    one = tmp_path / "one.jsonl"
+    one.write_text(corpus.read_text(encoding="utf-8").splitlines()[0] + "\n", encoding="utf-8")
+    code = main(["bench", str(one), "--runtime", "torch,llama.cpp", "--repeats", "1", "--top", "1"])
+    out, _err = capsys.readouterr()
+    assert code == 0, out
+    document = json.loads(out.strip().splitlines()[-1])
+    assert set(document["runtimes"]) == {"torch", "llama.cpp"}
+    for runtime in ("torch", "llama.cpp"):
+        result = document["runtimes"][runtime]
+        assert result["step_seconds"] > 0
+        summary = result["corpora"][str(one)]
+        assert all(summary["exact"].values()) and summary["forwards"]["cad"] < summary["forwards"]["ar"]
+    fastest = document["fastest_plain"][str(one)]
+    versus = document["versus_fastest_plain"][str(one)]
+    assert versus[f"{fastest}/ar"] == pytest.approx(1.0)
+    plain = {rt: document["runtimes"][rt]["corpora"][str(one)]["seconds"]["ar"] for rt in ("torch", "llama.cpp")}
+    assert fastest == min(plain, key=plain.get)
+    cad = document["runtimes"]["llama.cpp"]["corpora"][str(one)]["seconds"]["cad"]
+    assert versus["llama.cpp/cad"] == pytest.approx(plain[fastest] / cad)
+    assert "against the fastest plain decoding" in out and "== llama.cpp (plain decode step" in out
+
+
+def test_bench_refuses_a_runtime_named_twice(corpus, capsys):
+    assert main(["bench", str(corpus), "--runtime", "torch,torch"]) == 2
+    assert "name each runtime once" in capsys.readouterr().err

@@ -1,5 +1,5 @@
-"""`bench CORPUS... [--limit K] [--model M] [--runtime torch|llama.cpp] [--repeats R] [--top N] [--data-dir D]
-       [--library-check K]`
+"""`bench CORPUS... [--limit K] [--model M] [--runtime torch|llama.cpp|torch,llama.cpp] [--repeats R] [--top N]
+       [--data-dir D] [--library-check K]`
 
 Reference replay of each case's target through one model with every strategy, measured in this
 process (backend/measure/strategy_bench.py says how): plain decoding (`ar`), prompt lookup at
@@ -13,6 +13,12 @@ start and end is printed: timings on a busy machine are slower, ratios less so.
 `--library-check K`: also plain and prompt-lookup decoding of the first K cases in model mode
 (greedy) by our loops and by transformers' own `generate` (with `prompt_lookup_num_tokens=10`),
 total seconds each and whether the outputs agree: our loops are not slower than the library's.
+
+`--runtime torch,llama.cpp`: the same cases on each runtime in turn, in this one process, each
+runtime's plain decode step timed (median of 7 after 3 warm-up steps at a 512-token context), and
+a table of every (runtime, strategy) against the fastest runtime's plain decoding: what a CPU user
+would pick instead (issue 11). JSON: {"runtimes": {RT: {"corpora": ..., "step_seconds": s}},
+"versus_fastest_plain": {CORPUS: {"RT/STRATEGY": x}}, "fastest_plain": RT, ...}.
 
 Prints a table per corpus (seconds, forwards, exact, x vs ar, x vs pld-best) and the sweep, then
 one JSON line: {"corpora": {NAME: {"seconds": {STRATEGY: s}, "forwards": {STRATEGY: n}, ...}}, ...}.
@@ -35,7 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("corpora", nargs="+", metavar="CORPUS")
     parser.add_argument("--limit", type=_positive, default=None, help="first K cases of each corpus")
     parser.add_argument("--model", default=None)
-    parser.add_argument("--runtime", default="torch", help="torch or llama.cpp")
+    parser.add_argument("--runtime", default="torch",
+                        help="torch or llama.cpp, or both comma-separated (timed in turn in this one process)")
     parser.add_argument("--repeats", type=_positive, default=3, help="runs per case and strategy (median)")
     parser.add_argument("--top", type=_positive, default=3, help="best-predicted sweep settings to time")
     parser.add_argument("--data-dir", default=None)
@@ -116,13 +123,56 @@ def _library(summary: dict[str, Any]) -> str:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     corpora = _load_cases(args.corpora, args.data_dir, args.limit)
-    engine = _open(args.model, args.runtime)
+    runtimes = [r.strip() for r in args.runtime.split(",") if r.strip()]
+    if not runtimes or len(set(runtimes)) != len(runtimes):
+        raise UsageError(f"--runtime {args.runtime!r}: name each runtime once (torch, llama.cpp)")
     load_start = os.getloadavg()[0]
-    results = {name: bench_corpus(engine, cases, repeats=args.repeats, top=args.top, library=args.library_check) for name, cases in corpora.items()}
+    per_runtime, name = {}, ""
+    for runtime in runtimes:
+        engine = _open(args.model, runtime)
+        name = engine.name
+        step = engine.step_seconds(warmup=5, steps=31) if len(runtimes) > 1 else None
+        per_runtime[runtime] = {"step_seconds": step, "corpora": {
+            corpus: bench_corpus(engine, cases, repeats=args.repeats, top=args.top, library=args.library_check)
+            for corpus, cases in corpora.items()}}
+        del engine  # one model in memory at a time
     load_end = os.getloadavg()[0]
-    table = "\n".join(_table(name, summary) for name, summary in results.items())
-    table += f"\nmodel {engine.name} ({args.runtime}), {args.repeats} runs per case; load average {load_start:.1f} -> {load_end:.1f}"
-    document = {"corpora": results, "model": engine.name, "runtime": args.runtime, "repeats": args.repeats,
-                "load_average": [load_start, load_end]}
-    emit(table, document)
-    return 0 if all(all(r["exact"].values()) for r in results.values()) else 1
+    footer = f"model {name} ({args.runtime}), {args.repeats} runs per case; load average {load_start:.1f} -> {load_end:.1f}"
+    common = {"model": name, "runtime": args.runtime, "repeats": args.repeats, "load_average": [load_start, load_end]}
+    if len(runtimes) == 1:
+        results = per_runtime[runtimes[0]]["corpora"]
+        emit("\n".join(_table(c, summary) for c, summary in results.items()) + "\n" + footer,
+             {"corpora": results, **common})
+        return 0 if _all_exact(results) else 1
+    across = versus_fastest_plain(per_runtime)
+    tables = [f"== {runtime} (plain decode step {per_runtime[runtime]['step_seconds'] * 1000:.2f} ms)\n"
+              + "\n".join(_table(c, summary) for c, summary in per_runtime[runtime]["corpora"].items())
+              for runtime in runtimes]
+    emit("\n".join([*tables, _across_table(across), footer]), {"runtimes": per_runtime, **across, **common})
+    return 0 if all(_all_exact(r["corpora"]) for r in per_runtime.values()) else 1
+
+
+def _all_exact(results: dict[str, Any]) -> bool:
+    return all(all(r["exact"].values()) for r in results.values())
+
+
+def versus_fastest_plain(per_runtime: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Per corpus: the runtime whose plain decoding was fastest, and every (runtime, strategy)'s
+    speed-up over it (its seconds / theirs; all measured in this run on the same cases)."""
+    corpora = next(iter(per_runtime.values()))["corpora"]
+    fastest, versus = {}, {}
+    for corpus in corpora:
+        plain = {rt: r["corpora"][corpus]["seconds"]["ar"] for rt, r in per_runtime.items()}
+        best = min(plain, key=lambda rt: plain[rt])
+        fastest[corpus] = best
+        versus[corpus] = {f"{rt}/{strategy}": (plain[best] / seconds if seconds else None)
+                          for rt, r in per_runtime.items() for strategy, seconds in r["corpora"][corpus]["seconds"].items()}
+    return {"fastest_plain": fastest, "versus_fastest_plain": versus}
+
+
+def _across_table(across: dict[str, Any]) -> str:
+    rows = [[corpus, key, f"{x:.2f}x" if x is not None else "-"]
+            for corpus, values in across["versus_fastest_plain"].items() for key, x in values.items()]
+    plain = ", ".join(f"{corpus}: {rt}" for corpus, rt in across["fastest_plain"].items())
+    return "\n".join([f"against the fastest plain decoding ({plain})",
+                      format_table(["corpus", "runtime/strategy", "x vs fastest plain"], rows), ""])
