@@ -116,10 +116,11 @@ def _model_mode_rows(results: dict[str, Any]) -> list[list[str]]:
              "0% before, 12-17% after fine-tuning a 1.5B coder",
              f"{results['model'].get('label') or results['model']['name']}, not fine-tuned: exact {mm['exact']}/{mm['sample']} "
              f"({pct(mm['exact_match'])}), complete valid programs {mm['valid']}/{mm['sample']} ({stop_reasons(mm)})",
-             "We do not fine-tune. The embedded model is a 135M general instruct model that has never seen this "
-             "program language; only the few-shot prompt teaches it, so the comparable published number is the "
-             "'before' one. The constrained decoder keeps every prefix a valid, in-range program; a program "
-             "counts as valid only if it also ends (EOS) within the token cap."]]
+             "This row measures the base model (a 135M general instruct model taught the program language only by "
+             "the few-shot prompt), so the comparable published number is the 'before' one. The LoRA adapter trained "
+             "on this CPU (adapters/smollm2-135m-cad, the app's default) is measured on held-out cases by "
+             "`python -m backend evaluate` (its TRAINING_CARD.md). The constrained decoder keeps every prefix a valid, "
+             "in-range program; a program counts as valid only if it also ends (EOS) within the token cap."]]
 
 
 def _replay_rows(results: dict[str, Any]) -> list[list[str]]:

@@ -254,7 +254,8 @@ def model_mode_section(results: dict[str, Any]) -> str:
         "cases (Python and JS alternating, seeded). Valid = the program ended (EOS) within the cap and resolved "
         f"without error: {mm['valid']}/{mm['sample']} ({pct(mm['validity_rate'])}; {stop_reasons(mm)}), exact match {mm['exact']}/{mm['sample']} "
         f"({pct(mm['exact_match'])}); {mm['copied_any']} of {mm['sample']} programs copy anything. "
-        "We do not fine-tune (the study's 12-17% is after fine-tuning a 1.5B coder).", "",
+        "This is the base model (the study's 12-17% is after fine-tuning a 1.5B coder); the adapter fine-tuned on "
+        "this CPU is evaluated on held-out cases by `python -m backend evaluate` (adapters/smollm2-135m-cad/TRAINING_CARD.md).", "",
         table(["case", "valid", "exact", "stop", "tokens copied", "tokens generated", "time"], rows), ""])
 
 
