@@ -111,3 +111,18 @@ def test_bench_on_both_cpu_runtimes_in_one_run(corpus, tmp_path, capsys):
 def test_bench_refuses_a_runtime_named_twice(corpus, capsys):
     assert main(["bench", str(corpus), "--runtime", "torch,torch"]) == 2
     assert "name each runtime once" in capsys.readouterr().err
+
+
+def test_bench_skips_cases_too_long_for_the_context_and_says_which(tmp_path, capsys):
+    """A real commit file can exceed a small model's context: the bench used to stop at the first
+    one. Now --limit counts cases that fit, and the skipped ones are listed."""
+    long = "".join(f"value_{i} = {i} * {i}\n" for i in range(1500))  # ~10k tokens: cannot fit 8,192
+    cases = [{"id": "huge", "source": long, "target": long.replace("value_7 ", "value_seven ")}, CASES[0], CASES[1]]
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("".join(json.dumps(c) + "\n" for c in cases), encoding="utf-8")
+    code = main(["bench", str(path), "--model", "tiny-random", "--repeats", "1", "--top", "1", "--limit", "1"])
+    out, _err = capsys.readouterr()
+    assert code == 0
+    summary = json.loads(out.strip().splitlines()[-1])["corpora"][str(path)]
+    assert summary["cases"] == 1 and summary["skipped_too_long"] == ["huge"]
+    assert "skipped as too long for the context: 1" in out

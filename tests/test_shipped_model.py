@@ -1,11 +1,12 @@
 """The shipped model writes programs by itself: the trained adapter, loaded through models.yaml,
 finishes valid programs on a fixed subset of the dev split (files never seen in training).
 
-Measured for the adapter shipped on 2026-11-30 (second run, warm-started from the first; greedy,
-deterministic): 14/14 programs finished and valid (the untrained model with the few-shot prompt
-finishes none), 2/14 exact (the first run: 0/14), mean line similarity 0.902 (an unchanged copy of
-the input scores 0.956). The exact floor sits one case under the measured 2/14, so a model that
-stops editing exactly fails; finished and similarity keep their earlier margins.
+Measured for the adapter shipped on 2026-12-01 (second run resumed to step 321; greedy,
+deterministic, 768 new tokens): 14/14 programs finished and valid (the untrained model with the
+few-shot prompt finishes none), 2/14 exact (the first run: 0/14; step 203: 2/14), mean line
+similarity 0.857 (step 203: 0.902; an unchanged copy of the input scores 0.956). The exact floor
+sits one case under the measured 2/14, so a model that stops editing exactly fails; finished and
+similarity keep margins under the measurement.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SUBSET = ROOT / "tests" / "fixtures" / "cad-dev-subset.jsonl"
 MODEL = "smollm2-135m-cad"
 FINISHED_FLOOR = 0.85
-SIMILARITY_FLOOR = 0.80  # measured 0.902
+SIMILARITY_FLOOR = 0.80  # measured 0.857
 EXACT_FLOOR = 1 / 14     # measured 2/14
 
 pytestmark = pytest.mark.slow

@@ -39,7 +39,8 @@ from backend.cli.edit_commands import _positive_int as _positive
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("bench", help="every strategy on corpora, timed in one process (reference replay)")
     parser.add_argument("corpora", nargs="+", metavar="CORPUS")
-    parser.add_argument("--limit", type=_positive, default=None, help="first K cases of each corpus")
+    parser.add_argument("--limit", type=_positive, default=None,
+                        help="first K cases of each corpus that fit the model's context (longer ones are skipped, listed)")
     parser.add_argument("--model", default=None)
     parser.add_argument("--runtime", default="torch",
                         help="torch or llama.cpp, or both comma-separated (timed in turn in this one process)")
@@ -51,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=cmd_bench)
 
 
-def _load_cases(names: list[str], data_dir: str | None, limit: int | None) -> dict[str, list[Any]]:
+def _load_cases(names: list[str], data_dir: str | None) -> dict[str, list[Any]]:
     from backend.data.corpora import CorpusError, load_corpus
 
     out = {}
@@ -62,7 +63,7 @@ def _load_cases(names: list[str], data_dir: str | None, limit: int | None) -> di
             raise UsageError(f"corpus {name}: {error}") from None
         if not cases:
             raise UsageError(f"corpus {name}: no cases")
-        out[name] = cases[:limit] if limit else cases
+        out[name] = cases  # --limit counts cases that fit the context (bench_corpus)
     return out
 
 
@@ -77,15 +78,19 @@ def _open(model: str | None, runtime: str) -> Any:
         raise UsageError(str(error)) from None
 
 
-def bench_corpus(engine: Any, cases: list[Any], *, repeats: int, top: int, library: int | None = None) -> dict[str, Any]:
-    """One corpus: prepare, rank the sweep, time every strategy, summarise (see strategy_bench)."""
+def bench_corpus(engine: Any, cases: list[Any], *, repeats: int, top: int, library: int | None = None,
+                 limit: int | None = None) -> dict[str, Any]:
+    """One corpus: prepare the first `limit` cases that fit the context (the others are skipped and
+    listed), rank the sweep, time every strategy, summarise (see strategy_bench)."""
     from backend.measure import strategy_bench as sb
     from backend.runtime.engine import EditError
 
     try:
-        prepared = sb.prepare_cases(engine, cases)
+        prepared, skipped = sb.prepare_fitting(engine, cases, limit)
     except EditError as error:
         raise UsageError(str(error)) from None
+    if not prepared:
+        raise UsageError(f"no case fits {engine.name}'s context ({len(skipped)} too long)")
     context = int(sum(len(c.plain.prompt_ids) for c in prepared) / len(prepared))
     cost = sb.interpolate(sb.forward_cost_table(engine.loaded, context))
     ranked = sb.rank_settings(engine.loaded, prepared, cost)
@@ -93,6 +98,7 @@ def bench_corpus(engine: Any, cases: list[Any], *, repeats: int, top: int, libra
     sb.time_cases(prepared[:1], run, 1)  # warm-up: first forwards are 4-10x slower
     timings = sb.time_cases(prepared, run, repeats, progress=lambda line: print(line, file=sys.stderr, flush=True))
     summary = sb.summarize(timings, ranked)
+    summary["skipped_too_long"] = skipped
     if library and getattr(engine.loaded, "model", None) is not None:
         summary["library_check"] = sb.library_check(engine, prepared[:library])
     return summary
@@ -101,7 +107,9 @@ def bench_corpus(engine: Any, cases: list[Any], *, repeats: int, top: int, libra
 def _table(name: str, summary: dict[str, Any]) -> str:
     rows = [[s, summary["seconds"][s], summary["forwards"][s], summary["exact"][s],
              summary["speedup_vs_ar"][s], summary["speedup_vs_pld_best"][s]] for s in summary["seconds"]]
-    head = f"{name}: {summary['cases']} cases, pld-best = {summary['pld_best_setting']}"
+    skipped = summary.get("skipped_too_long") or []
+    head = (f"{name}: {summary['cases']} cases, pld-best = {summary['pld_best_setting']}"
+            + (f"; skipped as too long for the context: {len(skipped)}" if skipped else ""))
     main = format_table(["strategy", "seconds", "forwards", "exact", "x vs ar", "x vs pld-best"], rows)
     sweep = sorted(summary["sweep"].items(), key=lambda kv: kv[1]["predicted_seconds"])
     sweep_rows = [[label, v["forwards"], v["predicted_seconds"], v["seconds"] if v["seconds"] is not None else "-"]
@@ -122,18 +130,20 @@ def _library(summary: dict[str, Any]) -> str:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    corpora = _load_cases(args.corpora, args.data_dir, args.limit)
+    corpora = _load_cases(args.corpora, args.data_dir)
     runtimes = [r.strip() for r in args.runtime.split(",") if r.strip()]
     if not runtimes or len(set(runtimes)) != len(runtimes):
         raise UsageError(f"--runtime {args.runtime!r}: name each runtime once (torch, llama.cpp)")
     load_start = os.getloadavg()[0]
-    per_runtime, name = {}, ""
+    per_runtime: dict[str, dict[str, Any]] = {}
+    name = ""
     for runtime in runtimes:
         engine = _open(args.model, runtime)
         name = engine.name
         step = engine.step_seconds(warmup=5, steps=31) if len(runtimes) > 1 else None
         per_runtime[runtime] = {"step_seconds": step, "corpora": {
-            corpus: bench_corpus(engine, cases, repeats=args.repeats, top=args.top, library=args.library_check)
+            corpus: bench_corpus(engine, cases, repeats=args.repeats, top=args.top, library=args.library_check,
+                                 limit=args.limit)
             for corpus, cases in corpora.items()}}
         del engine  # one model in memory at a time
     load_end = os.getloadavg()[0]

@@ -80,6 +80,25 @@ def prepare_cases(engine: Any, cases: Sequence[Any]) -> list[PreparedCase]:
     return out
 
 
+def prepare_fitting(engine: Any, cases: Sequence[Any], limit: int | None) -> tuple[list[PreparedCase], list[str]]:
+    """The first `limit` cases (all: None) whose prompts and target fit the model's context, and the
+    ids of those skipped before them as too long (a real commit file can exceed a 135M model's context)."""
+    from backend.runtime.request import EditError
+
+    kept: list[PreparedCase] = []
+    skipped: list[str] = []
+    for case in cases:
+        if limit is not None and len(kept) >= limit:
+            break
+        try:
+            kept.extend(prepare_cases(engine, [case]))
+        except EditError as error:
+            if "too long" not in str(error):
+                raise
+            skipped.append(case.id)
+    return kept, skipped
+
+
 def forward_cost_table(loaded: Any, context: int, *, repeats: int = 3) -> dict[int, float]:
     """Median seconds of one forward of n tokens (n in FORWARD_SIZES) after `context` tokens."""
     size = int(loaded.vocab_size)
