@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from backend.runtime.prompt_lookup import lookup_label
+
 SPAN_KINDS = ("copy", "gen", "tag", "draft")  # draft: prompt-lookup tokens drafted from the input and accepted
 OUTPUT_KINDS = ("copy", "gen", "draft")
 TIMELINE_POINTS = 240  # points kept in the stored event summary (the live chart keeps all)
@@ -34,11 +36,6 @@ class Snapshot:
 
 
 MIN_OWN_STEPS = 5  # fewer one-token steps than this give no stable median: use the load-time step
-
-
-def lookup_label(lookup: tuple[int, int]) -> str:
-    """(3, 64) -> "3-gram/64", the form `backend.runtime.prompt_lookup.parse_setting` reads back."""
-    return f"{lookup[0]}-gram/{lookup[1]}"
 
 
 class RunTracker:

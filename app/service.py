@@ -25,7 +25,7 @@ from app.downloads import DownloadFolder
 from app.model_slots import ModelNotReady, ModelSlot, ModelSlots, ModelStatus
 from app.progress import RunTracker, Snapshot
 from app.run_queue import RunQueue
-from backend.runtime.prompt_lookup import TUNED_SETTING
+from backend.runtime.prompt_lookup import TUNED_LOOKUP
 from backend.runtime.request import APP_LIMITS, EditError, EditLimits, EditRequest, check_request, check_source
 from backend.storage import EditRecord, NewEdit, SessionRecord, Storage, StorageError
 
@@ -48,7 +48,7 @@ class AppConfig:
     runtime: str = "torch"            # "torch" | "llama.cpp": who runs the model in this process
     engine_url: str | None = None     # a vLLM / SGLang / llama.cpp server instead (docs/DEPLOY.md)
     engine_kind: str | None = None    # "vllm" | "sglang" | "llamacpp", with engine_url
-    tuned_lookup: tuple[int, int] = (TUNED_SETTING.ngram, TUNED_SETTING.drafts)  # Compare's tuned prompt lookup
+    tuned_lookup: tuple[int, int] = TUNED_LOOKUP  # Compare's tuned prompt lookup
 
 
 @dataclass(frozen=True)

@@ -13,14 +13,14 @@ import gradio as gr
 
 from app import charts
 from app.present import STRATEGY_LABELS, exact_source, spans_value, stop_reason
-from app.progress import Snapshot, lookup_label
+from app.progress import Snapshot
 from app.service import AppService, InputError, PreparedRun, RunRequest
 from app.tabs.common import COLOUR_MAP, LEGEND, api_event, run_concurrency, session_key, ui_event
 from app.tabs.waiting import run_in_turn
+from backend.runtime.prompt_lookup import DEFAULT_LOOKUP, lookup_label
 from backend.storage import EditRecord, StorageError
 
 PANES = ("ar", "pld", "pld-tuned", "cad")  # one pane per run; "pld-tuned" is prompt lookup at the tuned setting
-DEFAULT_LOOKUP = (2, 10)  # transformers' prompt_lookup defaults
 COMPARE_HEADERS = [
     "strategy", "wall s", "forwards", "tokens/s", "output tokens", "copied", "generated", "tag",
     "speed-up vs plain (per output token)", "stop", "produced target", "edit",

@@ -34,7 +34,8 @@ import time
 from typing import Any
 
 from backend.cli.common import UsageError, emit, format_table, read_text_file
-from backend.measure.replay import STRATEGIES, TUNED_LOOKUP
+from backend.measure.replay import STRATEGIES
+from backend.runtime.prompt_lookup import DEFAULT_LOOKUP, TUNED_LOOKUP, lookup_label
 from backend.runtime.request import STRATEGIES as ENGINE_STRATEGIES
 
 
@@ -177,7 +178,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     document = {
         "command": "replay", "model": engine.name, "weights": engine.loaded.weights_label,
         "device": str(engine.loaded.device), "dtype": str(engine.loaded.dtype).replace("torch.", ""),
-        "seconds": time.perf_counter() - started, "tuned_lookup": f"{args.lookup[0]}-gram/{args.lookup[1]}",
+        "seconds": time.perf_counter() - started, "tuned_lookup": lookup_label(args.lookup),
         "summary": summaries, "cases": _rounded(records),
     }
     emit(replay_table(summaries), document)
@@ -233,7 +234,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--source", required=True, metavar="F", help="the input file (UTF-8)")
     p.add_argument("--instruction", default=None, metavar="TEXT")
     p.add_argument("--strategy", choices=ENGINE_STRATEGIES, default="cad")
-    p.add_argument("--lookup", type=_lookup, default=(2, 10), metavar="N/K",
+    p.add_argument("--lookup", type=_lookup, default=DEFAULT_LOOKUP, metavar="N/K",
                    help="prompt lookup (--strategy pld): largest n-gram N, K draft tokens (default 2/10, transformers')")
     p.add_argument("--max-new-tokens", type=_positive_int, default=512, metavar="N")
     p.add_argument("--temperature", type=float, default=0.0, metavar="T")

@@ -25,13 +25,11 @@ import statistics
 import time
 from typing import Any, Callable, Protocol, Sequence
 
-from backend.runtime.prompt_lookup import DEFAULT_SETTING, TUNED_SETTING
+from backend.runtime.prompt_lookup import DEFAULT_LOOKUP, TUNED_LOOKUP
 
 STRATEGIES = ("cad", "ar", "pld", "pld_tuned")  # the runs of one case, in this order
 SPEEDUPS = {"cad_vs_ar": ("ar", "cad"), "pld_vs_ar": ("ar", "pld"), "cad_vs_pld": ("pld", "cad"),
             "pld_tuned_vs_ar": ("ar", "pld_tuned"), "cad_vs_pld_tuned": ("pld_tuned", "cad")}
-DEFAULT_LOOKUP = (DEFAULT_SETTING.ngram, DEFAULT_SETTING.drafts)
-TUNED_LOOKUP = (TUNED_SETTING.ngram, TUNED_SETTING.drafts)
 DEFAULT_INSTRUCTION = "Apply the edit."
 POOLED = "pooled"
 

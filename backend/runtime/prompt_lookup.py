@@ -38,11 +38,18 @@ DEFAULT_SETTING = PromptLookupSetting(2, 10)  # transformers' defaults
 # commits`, SmolLM2, this repository's CPU; docs/results.md). The app's Compare tab runs it beside the
 # defaults; `--lookup` overrides it everywhere.
 TUNED_SETTING = PromptLookupSetting(3, 64)
+DEFAULT_LOOKUP = (DEFAULT_SETTING.ngram, DEFAULT_SETTING.drafts)  # the (n-gram, drafts) pairs requests carry
+TUNED_LOOKUP = (TUNED_SETTING.ngram, TUNED_SETTING.drafts)
 MAX_NGRAM = 8      # larger n-grams almost never recur verbatim; a request beyond these is refused
 MAX_DRAFTS = 256
 NGRAM_SIZES = (1, 2, 3, 4)
 DRAFT_LENGTHS = (10, 16, 32, 64, 128)
 SWEEP = tuple(PromptLookupSetting(n, k) for n in NGRAM_SIZES for k in DRAFT_LENGTHS)
+
+
+def lookup_label(lookup: tuple[int, int]) -> str:
+    """(3, 64) -> "3-gram/64", the form `parse_setting` reads back."""
+    return PromptLookupSetting(*lookup).label
 
 
 def parse_setting(text: str) -> PromptLookupSetting:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from backend.core.lines import line_count
-from backend.runtime.prompt_lookup import MAX_DRAFTS, MAX_NGRAM
+from backend.runtime.prompt_lookup import DEFAULT_LOOKUP, MAX_DRAFTS, MAX_NGRAM
 
 STRATEGIES = ("cad", "ar", "pld")
 MODES = ("model", "reference")
@@ -72,7 +72,7 @@ class EditRequest:
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int | None = None
-    lookup: tuple[int, int] = (2, 10)  # prompt lookup ("pld"): largest n-gram, most draft tokens per forward
+    lookup: tuple[int, int] = DEFAULT_LOOKUP  # prompt lookup ("pld"): largest n-gram, most draft tokens per forward
 
 
 def check_text(value: Any, what: str) -> str:
@@ -182,7 +182,7 @@ def check_request(
     temperature: Any = 0.0,
     top_p: Any = 1.0,
     seed: Any = None,
-    lookup: Any = (2, 10),
+    lookup: Any = DEFAULT_LOOKUP,
     limits: EditLimits = EditLimits(),
 ) -> EditRequest:
     """The validated request (see the module docstring for what is refused). Changes no state.

@@ -14,7 +14,8 @@ import random
 from typing import Any
 
 from backend.data.cases import EditCase
-from backend.measure.replay import STRATEGIES, TUNED_LOOKUP, pool_by_corpus, replay_case, summarize_replay, warm_up
+from backend.measure.replay import STRATEGIES, pool_by_corpus, replay_case, summarize_replay, warm_up
+from backend.runtime.prompt_lookup import TUNED_LOOKUP, lookup_label
 from backend.study.config import LONG_CORPORA
 from backend.study.context import StudyContext
 from backend.study.stages.kernel import kernel_label
@@ -26,7 +27,7 @@ def run(ctx: StudyContext) -> None:
     tokenize = ctx.tokenizer(ctx.model_vocabulary)
     section: dict[str, Any] = {
         "model": config.model, "mode": "reference", "strategies": list(STRATEGIES),
-        "tuned_lookup": f"{TUNED_LOOKUP[0]}-gram/{TUNED_LOOKUP[1]}",
+        "tuned_lookup": lookup_label(TUNED_LOOKUP),
         "limit": config.limit, "long_limit": config.long_limit, "replay_max_tokens": config.replay_max_tokens,
         "order": config.replay_order, "kernel": kernel_label(kernel.to_dict()), "cases": [],
     }
