@@ -19,6 +19,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 def build_parser() -> argparse.ArgumentParser:
     from app.security import AUTH_ENV
     from backend.runtime.request import APP_LIMITS as defaults
+    from backend.runtime.runtimes import AUTO_HELP, DEFAULT_RUNTIME, RUNTIME_CHOICES
 
     parser = argparse.ArgumentParser(
         prog="python -m app", description="Serve the copy-as-decode web app (Gradio) on this machine."
@@ -46,8 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--include-random", action="store_true", help="also list random-weight models (timing only) in the picker")
     add("--data-dir", default=None, help="corpora directory for the Annotate tab's import")
     # issue 11: who runs the model (docs/DEPLOY.md)
-    add("--runtime", choices=("torch", "llama.cpp"), default="torch",
-        help="in-process runtime: torch (default) or llama.cpp (GGUF models)")
+    add("--runtime", choices=RUNTIME_CHOICES, default=DEFAULT_RUNTIME, help=f"in-process runtime, per model: {AUTO_HELP}")
     add("--engine-url", default=None, help="a vLLM / SGLang / llama.cpp server to decode on instead (http://host:port)")
     add("--engine-kind", choices=("vllm", "sglang", "llamacpp"), default=None, help="the server's kind, with --engine-url")
     add("--tuned-lookup", default=None, metavar="N/K",

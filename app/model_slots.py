@@ -52,8 +52,9 @@ class ModelSlot:
         weights = getattr(loaded, "weights_label", "")
         random_note = " — random weights: its programs are garbage (timing only)" if "random" in weights else ""
         dtype = str(getattr(loaded, "dtype", "")).replace("torch.", "")
+        runtime = getattr(loaded, "runtime", "?")
         return (
-            f"ready: {self.name} on {getattr(loaded, 'device', '?')} ({dtype}), plain decoding "
+            f"ready: {self.name} on {runtime}, {getattr(loaded, 'device', '?')} ({dtype}), plain decoding "
             f"{(self.step_seconds or 0.0) * 1000:.0f} ms/token, loaded in {self.load_seconds:.0f} s{random_note}"
         )
 

@@ -45,7 +45,7 @@ class AppConfig:
     max_waiting: int = 8              # runs that may wait for the model; more are told "busy"
     run_seconds: float = 300.0        # one run's time budget on the model
     checkpoint_seconds: float = 1.0   # how often a running edit's partial text is saved
-    runtime: str = "torch"            # "torch" | "llama.cpp": who runs the model in this process
+    runtime: str = "auto"             # "auto" | "torch" | "llama.cpp": who runs the model in this process
     engine_url: str | None = None     # a vLLM / SGLang / llama.cpp server instead (docs/DEPLOY.md)
     engine_kind: str | None = None    # "vllm" | "sglang" | "llamacpp", with engine_url
     tuned_lookup: tuple[int, int] = TUNED_LOOKUP  # Compare's tuned prompt lookup

@@ -189,6 +189,7 @@ class FakeModel:
     device: Any = torch.device("cpu")
     dtype: Any = torch.float32
     weights_label: str = "fake"
+    runtime: str = "fake"
     eos_ids: tuple[int, ...] = (EOS_ID,)
     load_seconds: float = 0.0
 

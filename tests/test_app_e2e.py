@@ -71,7 +71,7 @@ def test_api_rejects_bad_input_with_a_message(server):
 
 def test_model_status_reports_ready(server):
     status = Client(server.url, verbose=False).predict(TEST_MODEL, api_name="/model_status")
-    assert status.startswith(f"ready: {TEST_MODEL} on cpu")
+    assert status.startswith(f"ready: {TEST_MODEL} on torch, cpu")
 
 
 def test_only_deliberate_endpoints_answer_by_name(server):

@@ -237,7 +237,7 @@ def test_model_status_polling_stops_once_ready(ui, service):
     from app.ui import _TopBar
 
     polled = _TopBar.poll(SimpleNamespace(service=service, status=ui.model_status, timer=ui.timer), MODEL)
-    assert polled[ui.model_status].startswith(f"ready: {MODEL} on cpu")
+    assert polled[ui.model_status].startswith(f"ready: {MODEL} on torch, cpu")
     assert polled[ui.timer].active is False
     assert top.service is service
     c = ui.compare

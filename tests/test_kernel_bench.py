@@ -107,3 +107,17 @@ def test_mask_cost_cli(capsys):
     assert document["vocab_size"] == 49152 and document["steps"] > 10
     assert 0 < document["median_us"] <= document["p90_us"]
     assert main(["mask-cost", "--vocab", "smollm2", "--limit", "0"]) == 2
+
+
+def test_mask_cost_on_each_runtime__masked_pick_against_the_runtimes_step(capsys):
+    """Issue 11: the mask's cost on llama.cpp's logits (and torch's), next to that runtime's step."""
+    assert main(["mask-cost", "--vocab", "smollm2", "--limit", "2", "--runtime", "torch,llama.cpp"]) == 0
+    document = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(document["runtimes"]) == {"torch", "llama.cpp"}
+    for name, result in document["runtimes"].items():
+        assert result["runtime"] == name and result["states"] == document["steps"]
+        assert result["masked_pick_us"] > 0 and result["plain_pick_us"] > 0 and result["step_ms"] > 0
+        overhead = result["masked_pick_us"] - result["plain_pick_us"]
+        assert result["share_of_step"] == pytest.approx(overhead / (result["step_ms"] * 1000), abs=1e-4)
+    assert main(["mask-cost", "--vocab", "qwen2.5", "--limit", "1", "--runtime", "torch"]) == 2
+    assert main(["mask-cost", "--vocab", "smollm2", "--limit", "1", "--runtime", "gpu"]) == 2

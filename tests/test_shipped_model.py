@@ -28,14 +28,19 @@ EXACT_FLOOR = 1 / 14     # measured 2/14
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def evaluation() -> dict:
+@pytest.fixture(scope="module", params=["torch", "llama.cpp"])
+def evaluation(request) -> dict:
+    """The subset evaluated on each CPU runtime: torch, and llama.cpp (what `--runtime auto`, the
+    default, picks on a machine without CUDA: the adapter runs as a LoRA GGUF over the Q4_1 base)."""
     done = subprocess.run(
-        [sys.executable, "-m", "backend", "evaluate", str(SUBSET), "--model", MODEL, "--max-new-tokens", "400"],
+        [sys.executable, "-m", "backend", "evaluate", str(SUBSET), "--model", MODEL, "--max-new-tokens", "400",
+         "--runtime", request.param],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    document = json.loads(done.stdout.strip().splitlines()[-1])
+    assert document["runtime"] == request.param
+    return document
 
 
 def test_subset_is_held_out_of_training():

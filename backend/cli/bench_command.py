@@ -42,8 +42,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--limit", type=_positive, default=None,
                         help="first K cases of each corpus that fit the model's context (longer ones are skipped, listed)")
     parser.add_argument("--model", default=None)
-    parser.add_argument("--runtime", default="torch",
-                        help="torch or llama.cpp, or both comma-separated (timed in turn in this one process)")
+    parser.add_argument("--runtime", default="auto",
+                        help="torch or llama.cpp, or both comma-separated (timed in turn in this one process); "
+                             "auto (default): llama.cpp when it can run the model on this CPU-only machine, else torch")
     parser.add_argument("--repeats", type=_positive, default=3, help="runs per case and strategy (median)")
     parser.add_argument("--top", type=_positive, default=3, help="best-predicted sweep settings to time")
     parser.add_argument("--data-dir", default=None)
@@ -65,6 +66,15 @@ def _load_cases(names: list[str], data_dir: str | None) -> dict[str, list[Any]]:
             raise UsageError(f"corpus {name}: no cases")
         out[name] = cases  # --limit counts cases that fit the context (bench_corpus)
     return out
+
+
+def _resolve(runtime: str, model: str | None) -> str:
+    from backend.runtime.runtimes import resolve_runtime
+
+    try:
+        return resolve_runtime(runtime, model)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
 
 
 def _open(model: str | None, runtime: str) -> Any:
@@ -131,7 +141,7 @@ def _library(summary: dict[str, Any]) -> str:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     corpora = _load_cases(args.corpora, args.data_dir)
-    runtimes = [r.strip() for r in args.runtime.split(",") if r.strip()]
+    runtimes = [_resolve(r.strip(), args.model) for r in args.runtime.split(",") if r.strip()]
     if not runtimes or len(set(runtimes)) != len(runtimes):
         raise UsageError(f"--runtime {args.runtime!r}: name each runtime once (torch, llama.cpp)")
     load_start = os.getloadavg()[0]
@@ -147,8 +157,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
             for corpus, cases in corpora.items()}}
         del engine  # one model in memory at a time
     load_end = os.getloadavg()[0]
-    footer = f"model {name} ({args.runtime}), {args.repeats} runs per case; load average {load_start:.1f} -> {load_end:.1f}"
-    common = {"model": name, "runtime": args.runtime, "repeats": args.repeats, "load_average": [load_start, load_end]}
+    footer = f"model {name} ({', '.join(runtimes)}), {args.repeats} runs per case; load average {load_start:.1f} -> {load_end:.1f}"
+    common = {"model": name, "runtime": ",".join(runtimes), "repeats": args.repeats, "load_average": [load_start, load_end]}
     if len(runtimes) == 1:
         results = per_runtime[runtimes[0]]["corpora"]
         emit("\n".join(_table(c, summary) for c, summary in results.items()) + "\n" + footer,

@@ -39,7 +39,7 @@ from backend.runtime.prompt_lookup import DEFAULT_LOOKUP, TUNED_LOOKUP, lookup_l
 from backend.runtime.request import STRATEGIES as ENGINE_STRATEGIES
 
 
-def load_engine(name: str | None, *, limits: Any = None, runtime: str = "torch", engine_url: str | None = None,
+def load_engine(name: str | None, *, limits: Any = None, runtime: str = "auto", engine_url: str | None = None,
                 engine_kind: str | None = None) -> Any:
     """An EditEngine on the named model (default: models.yaml's default) in `runtime`, or on a remote
     server (engine_url + engine_kind; docs/DEPLOY.md). UsageError if unavailable."""
@@ -60,9 +60,9 @@ def _runtime_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def _add_runtime_flags(parser: argparse.ArgumentParser, *, remote: bool) -> None:
     from backend.runtime.remote_client import ENGINE_KINDS
-    from backend.runtime.runtimes import RUNTIMES
+    from backend.runtime.runtimes import AUTO_HELP, DEFAULT_RUNTIME, RUNTIME_CHOICES
 
-    parser.add_argument("--runtime", choices=RUNTIMES, default="torch", help="in-process runtime (default torch)")
+    parser.add_argument("--runtime", choices=RUNTIME_CHOICES, default=DEFAULT_RUNTIME, help=f"in-process runtime: {AUTO_HELP}")
     if remote:
         parser.add_argument("--engine-url", default=None, metavar="URL", help="decode on a vLLM / SGLang / llama.cpp server")
         parser.add_argument("--engine-kind", choices=ENGINE_KINDS, default=None, help="the server's kind, with --engine-url")

@@ -5,9 +5,11 @@
   backend/measure/kernel_bench.py); its JSON is a kernel table for `ceiling --kernel`. On a machine
   with only torch and transformers (a GPU image) `python -m backend bench-kernel` runs as well: no
   command module imports anything heavier at import time.
-- `mask-cost --vocab smollm2|qwen2.5 [--corpus C] [--limit K]`: the grammar FSM's per-token mask
-  time (median and p90, microseconds) over the oracle programs of a corpus, tokenised with that
-  vocabulary (backend.runtime.vocab.measure_mask_cost).
+- `mask-cost --vocab smollm2|qwen2.5 [--corpus C] [--limit K] [--runtime torch,llama.cpp]`: the
+  grammar FSM's per-token mask time (median and p90, microseconds) over the oracle programs of a
+  corpus, tokenised with that vocabulary (backend.runtime.vocab.measure_mask_cost); with
+  `--runtime`, also the masked pick on each runtime's logits against plain argmax and that
+  runtime's decode step, in one run (backend.measure.mask_share).
 
 Each prints a table, then one JSON document as the last stdout line. A model or package that is
 not available exits 2 with one line on stderr. torch is imported only when a command runs.
@@ -46,6 +48,9 @@ def register(subparsers: Any) -> None:
     mask.add_argument("--corpus", default="humanevalpack-python", help="corpus whose oracle programs are masked")
     mask.add_argument("--limit", type=int, default=60, help="cases from the corpus (default 60)")
     mask.add_argument("--data-dir", default=None, help="where named corpora live (default ../shared/data)")
+    mask.add_argument("--runtime", default=None,
+                      help="also time the masked pick on this runtime's logits against its plain step: torch, "
+                           "llama.cpp or both comma-separated (the smollm2-135m model; --vocab smollm2)")
     mask.set_defaults(handler=_mask_cost)
 
 
@@ -146,5 +151,30 @@ def _mask_cost(args: argparse.Namespace) -> int:
             for name in ("cached", "uncached")]
     table = (f"{args.vocab}: {result['vocab_size']} tokens, {result['steps']} mask calls over {len(cases)} "
              f"oracle programs of {args.corpus}\n" + format_table(["cache", "median_us", "p90_us", "max_us"], rows))
+    if args.runtime:
+        document["runtimes"] = _mask_share_per_runtime(args, programs, n_lines)
+        table += "\n" + format_table(
+            ["runtime", "masked_pick_us", "plain_pick_us", "mask_overhead_us", "step_ms", "share_of_step"],
+            [[r["runtime"], r["masked_pick_us"], r["plain_pick_us"], r["mask_overhead_us"], r["step_ms"], r["share_of_step"]]
+             for r in document["runtimes"].values()])
     emit(table, document)
     return 0
+
+
+def _mask_share_per_runtime(args: argparse.Namespace, programs: list[list[int]], n_lines: int) -> dict[str, Any]:
+    from backend.measure.mask_share import mask_share
+    from backend.runtime.engine import EditError
+    from backend.runtime.models import ModelUnavailable
+    from backend.runtime.runtimes import open_engine, resolve_runtime
+
+    if args.vocab != "smollm2":
+        raise UsageError("--runtime measures the smollm2-135m model: use --vocab smollm2")
+    out = {}
+    for name in [part.strip() for part in args.runtime.split(",") if part.strip()]:
+        try:
+            engine = open_engine("smollm2-135m", runtime=resolve_runtime(name, "smollm2-135m"))
+        except (ValueError, ModelUnavailable, EditError) as error:
+            raise UsageError(str(error)) from None
+        result = mask_share(engine, programs, n_lines)
+        out[result["runtime"]] = result
+    return out

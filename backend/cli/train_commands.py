@@ -6,7 +6,7 @@
     tokenizer, split by source file, checked by hash against every evaluation case (exit 1 on a leak).
 `train --data DIR/train.jsonl --out ADAPTER_DIR [--max-steps N] [--max-minutes M] [--resume] ...`
     LoRA training (backend.training.trainer); progress on stderr; checkpoints; the adapter and card.
-`evaluate CORPUS... [--model M] [--runtime torch|llama.cpp] [--limit K] [--strategy cad|ar|pld ...] [--speed-limit K]`
+`evaluate CORPUS... [--model M] [--runtime auto|torch|llama.cpp] [--limit K] [--strategy cad|ar|pld ...] [--speed-limit K]`
     Model mode: only the source and the instruction are given (backend.training.evaluate).
 
 Each prints a table and, as its last stdout line, one JSON document. Bad usage exits 2.
@@ -131,7 +131,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise UsageError("--limit must be positive")
     engine = load_engine(args.model, runtime=args.runtime)
     evaluation = Evaluation(engine, strategies=strategies, speed_limit=args.speed_limit, max_new_tokens=args.max_new_tokens)
-    document: dict[str, Any] = {"model": engine.name, "runtime": args.runtime, "strategies": list(strategies), "corpora": {}}
+    document: dict[str, Any] = {"model": engine.name, "runtime": engine.loaded.runtime, "strategies": list(strategies), "corpora": {}}
     table_rows, all_rows = [], []
     for name in args.corpora:
         try:

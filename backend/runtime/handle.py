@@ -78,6 +78,7 @@ class ModelHandle(Protocol):
     weights_label: str
     eos_ids: tuple[int, ...]
     load_seconds: float
+    runtime: str                    # "torch", "llama.cpp", ...: shown with results and in the app
 
     @property
     def name(self) -> str: ...

@@ -56,6 +56,7 @@ class LoadedModel:
     weights_label: str              # "real" | "random (timing only)"
     eos_ids: tuple[int, ...] = ()   # tokens that end a chat turn (<|im_end|>, eos)
     load_seconds: float = 0.0
+    runtime: str = "torch"          # who runs the forwards (llamacpp.LlamaCppModel says "llama.cpp")
 
     @property
     def name(self) -> str:

@@ -41,6 +41,7 @@ class RemoteModel:
     load_seconds: float = 0.0
     device: Any = ""
     vocab_size: int = 0             # unknown here: the server owns the logits
+    runtime: str = "remote server"
 
     def __post_init__(self) -> None:
         self.device = self.device or f"{self.kind} at {self.url}"

@@ -116,6 +116,23 @@ def _summary(samples_ns: list[int]) -> dict[str, float]:
     }
 
 
+def program_states(fsm: TokenFSM, programs_token_ids: Sequence[Sequence[int]], n_lines: int) -> list[FSMState]:
+    """Every state the FSM passes through while reading the programs (token ids), the start
+    included and the end excluded: the states a decoder masks at. ValueError for no programs or
+    a program the FSM does not accept."""
+    if not programs_token_ids:
+        raise ValueError("no programs to measure")
+    out = []
+    for program in programs_token_ids:
+        state = fsm.start(n_lines)
+        out.append(state)
+        for token_id in program:
+            state = fsm.advance(state, token_id).state
+            if state.mode != "end":
+                out.append(state)
+    return out
+
+
 def measure_mask_cost(fsm: TokenFSM, programs_token_ids: Sequence[Sequence[int]], n_lines: int) -> dict:
     """Time `fsm.allowed()` at every step of the given programs (token ids; EOS optional), plus
     the step after the last token.
@@ -126,21 +143,7 @@ def measure_mask_cost(fsm: TokenFSM, programs_token_ids: Sequence[Sequence[int]]
     "cached" times calls on warm caches, as in steady decoding. Rejects a program the FSM does
     not accept (ValueError) and an empty list of programs (ValueError).
     """
-    if not programs_token_ids:
-        raise ValueError("no programs to measure")
-
-    def states() -> list[FSMState]:
-        out = []
-        for program in programs_token_ids:
-            state = fsm.start(n_lines)
-            out.append(state)
-            for token_id in program:
-                state = fsm.advance(state, token_id).state
-                if state.mode != "end":
-                    out.append(state)
-        return out
-
-    all_states = states()
+    all_states = program_states(fsm, programs_token_ids, n_lines)
     started = time.perf_counter()
     for state in all_states:
         fsm.allowed(state)
