@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "backend.cli.study_command",     # study
     "backend.cli.train_commands",    # make-data, train, evaluate
     "backend.cli.bench_command",     # bench
+    "backend.cli.serve_command",     # serve-llamacpp
 )
 
 

@@ -1,11 +1,12 @@
 """The remote engine for real: llama-cpp-python's server on loopback with the embedded GGUF.
 
-The server is started here (`python -m llama_cpp.server`), the client speaks HTTP to it; the same
+The server is started here (`python -m backend serve-llamacpp`, which execs `llama_cpp.server`), the client speaks HTTP to it; the same
 model in-process (llama.cpp runtime) is the reference for greedy plain decoding.
 """
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -42,10 +43,9 @@ def _free_port() -> int:
 def server_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     port = _free_port()
     log = Path(tmp_path_factory.mktemp("llama-server")) / "server.log"
-    command = [
-        sys.executable, "-m", "llama_cpp.server", "--model", str(gguf_path(get_spec("smollm2-135m"))),
-        "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "4096", "--verbose", "False",
-    ]
+    # our launcher (`serve-llamacpp`): llama_cpp.server on the entry's GGUF, exec'd in this process
+    command = [sys.executable, "-m", "backend", "serve-llamacpp", "--model", "smollm2-135m", "--port", str(port),
+               "--n-ctx", "4096"]
     with open(log, "wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
@@ -116,3 +116,34 @@ def test_unreachable_server__error_in_the_result_not_a_crash() -> None:
     engine = RemoteEditEngine(CompletionsClient(f"http://127.0.0.1:{_free_port()}", "llamacpp"), model="smollm2-135m")
     result = engine.run_to_result(SOURCE, "Use math.pi.", strategy="cad", max_new_tokens=8)
     assert result.stop_reason == "error" and "cannot reach the llamacpp server" in result.error
+
+
+def test_serve_command__adapter_entries_get_their_lora_gguf() -> None:
+    from backend.cli.serve_command import server_command
+
+    base = server_command("smollm2-135m", "127.0.0.1", 8080, None)
+    assert base[1:4] == ["-m", "llama_cpp.server", "--model"] and base[4] == str(gguf_path(get_spec("smollm2-135m")))
+    assert "--lora_path" not in base and base[base.index("--n_ctx") + 1] == "8192"
+    adapter = server_command("smollm2-135m-cad", "127.0.0.1", 8080, 2048)
+    assert adapter[4] == base[4] and adapter[adapter.index("--lora_path") + 1].endswith(".gguf")
+    assert adapter[adapter.index("--model_alias") + 1] == "smollm2-135m-cad"
+    from backend.__main__ import main
+
+    assert main(["serve-llamacpp", "--model", "tiny-random", "--print"]) == 2  # no GGUF: a clear error
+    assert main(["serve-llamacpp", "--port", "0", "--print"]) == 2
+
+
+def test_evaluate_through_the_server__model_mode_with_request_counts(server_url: str, tmp_path: Path, capsys) -> None:
+    """`evaluate --engine-url`: the model-mode evaluation runs against a server like in process."""
+    from backend.__main__ import main
+
+    corpus = tmp_path / "one.jsonl"
+    corpus.write_text(json.dumps({"id": "c1", "source": SOURCE, "target": SOURCE.replace("3.14", "math.pi"),
+                                  "instruction": "Use math.pi instead of 3.14."}) + "\n", encoding="utf-8")
+    code = main(["evaluate", str(corpus), "--engine-url", server_url, "--engine-kind", "llamacpp",
+                 "--model", "smollm2-135m", "--strategy", "ar", "--max-new-tokens", "48"])
+    assert code == 0
+    document = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert document["runtime"] == "remote server"
+    totals = document["corpora"][str(corpus)]["speed"]["totals"]
+    assert totals["cad"]["requests"] >= 1 and totals["ar"]["requests"] == 1  # one request per item / one in all

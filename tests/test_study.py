@@ -134,6 +134,54 @@ def test_quick__report_has_the_comparison_table(quick: tuple[Path, dict, str]) -
 
 
 @pytest.mark.slow
+def test_quick__the_replay_again_on_llama_cpp_beside_torch(quick: tuple[Path, dict, str]) -> None:
+    """Issue 11: the study reports both CPU runtimes side by side, on the same cases, in one run."""
+    out, results, _ = quick
+    section = results["runtimes"]
+    assert set(section["runtimes"]) == {"torch", "llama.cpp"} and not section["skipped"]
+    replayed = [(c["corpus"], c["id"]) for c in results["replay"]["cases"]]
+    for runtime in section["runtimes"].values():
+        assert runtime["step_seconds"] > 0
+        assert [(c["corpus"], c["id"]) for c in runtime["cases"]] == replayed
+    assert section["corpora"], "some corpus replayed exactly on both runtimes"
+    for entry in section["corpora"].values():
+        plain = entry["seconds"][entry["fastest_plain"]]["ar"]
+        assert plain == min(row["ar"] for row in entry["seconds"].values())
+        assert entry["vs_fastest_plain"][f"{entry['fastest_plain']}/ar"] == pytest.approx(1.0)
+    assert "### The same replay on each CPU runtime" in (out / "report.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_quick__prompt_lookup_tuned_on_a_dev_split_disjoint_from_the_timed_cases(quick: tuple[Path, dict, str]) -> None:
+    """Issue 10: the peer's setting is chosen per corpus on cases the replay never times."""
+    from backend.runtime.prompt_lookup import SWEEP
+
+    replay = quick[1]["replay"]
+    sweep = {(s.ngram, s.drafts) for s in SWEEP}
+    for corpus, tuned in replay["tuned_by_corpus"].items():
+        timed = {c["id"] for c in replay["cases"] if c["corpus"] == corpus}
+        assert tuned["dev_cases"] and not timed & set(tuned["dev_cases"]), corpus
+        assert tuple(tuned["setting"]) in sweep and tuned["predicted_seconds"] > 0
+
+
+def test_compare_runtimes__same_cases_on_every_runtime_against_the_fastest_plain() -> None:
+    from backend.study.stages.runtimes import compare_runtimes
+
+    def case(corpus, id_, seconds, exact=True):
+        return {"corpus": corpus, "id": id_, **{s: {"exact": exact, "wall_seconds": seconds[s]} for s in STRATEGIES}}
+
+    fast = {"cad": 1.0, "ar": 4.0, "pld": 3.0, "pld_tuned": 2.0}
+    slow = {s: 5 * v for s, v in fast.items()}
+    runtimes = {"torch": {"cases": [case("c", "1", slow), case("c", "2", slow)]},
+                "llama.cpp": {"cases": [case("c", "1", fast), case("c", "2", fast, exact=False)]}}
+    result = compare_runtimes(runtimes, ["c", "empty"])
+    assert set(result) == {"c"} and result["c"]["cases"] == 1  # case 2 failed on llama.cpp: left out everywhere
+    assert result["c"]["fastest_plain"] == "llama.cpp"
+    assert result["c"]["vs_fastest_plain"]["llama.cpp/cad"] == pytest.approx(4.0)
+    assert result["c"]["vs_fastest_plain"]["torch/ar"] == pytest.approx(0.2)
+
+
+@pytest.mark.slow
 def test_quick__merge_extra_kernel_from_results(quick: tuple[Path, dict, str], tmp_path: Path) -> None:
     out, results, _ = quick
     extra = tmp_path / "gpu.json"

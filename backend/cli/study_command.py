@@ -35,6 +35,15 @@ def _models(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
+def _runtimes(text: str) -> tuple[str, ...]:
+    if text.strip() == "none":
+        return ()
+    names = _models(text)
+    if not names or any(name not in ("llama.cpp",) for name in names):
+        raise argparse.ArgumentTypeError(f"expected llama.cpp or none (torch always runs), got {text!r}")
+    return names
+
+
 def _ints(text: str) -> tuple[int, ...]:
     try:
         values = tuple(int(part) for part in text.split(",") if part.strip())
@@ -100,6 +109,8 @@ def register(subparsers: Any) -> None:
                    help="replay only cases whose source and target fit this many tokens (default 3000; --quick 700)")
     p.add_argument("--ceiling-limit", type=_positive, default=None,
                    help="cases per corpus for ceiling, round trip, bound, perturbation (default all; --quick 6)")
+    p.add_argument("--replay-runtimes", type=_runtimes, default=None, metavar="RT,...",
+                   help="replay the same cases again on these runtimes beside torch (default llama.cpp; 'none': skip)")
     p.add_argument("--model-cases", type=_count, default=None, help="model-mode sample size (default 6; --quick 2)")
     p.add_argument("--model-max-new-tokens", type=_positive, default=None, help="model-mode token cap (default 384)")
     p.add_argument("--rates", type=_rates, default=None, help="perturbation rates (default 0,0.01,0.05,0.1,0.25,0.5,1)")
@@ -115,7 +126,7 @@ _OVERRIDES = {"model": "model", "data_dir": "data_dir", "kernel_models": "kernel
               "kernel_repeats": "kernel_repeats", "kernel_context": "kernel_context", "limit": "limit",
               "long_limit": "long_limit", "replay_max_tokens": "replay_max_tokens", "ceiling_limit": "ceiling_limit",
               "model_cases": "model_cases", "model_max_new_tokens": "model_max_new_tokens", "rates": "rates",
-              "seed": "seed"}
+              "seed": "seed", "replay_runtimes": "replay_runtimes"}
 
 
 def config_from_args(args: argparse.Namespace) -> Any:

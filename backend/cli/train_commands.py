@@ -6,7 +6,7 @@
     tokenizer, split by source file, checked by hash against every evaluation case (exit 1 on a leak).
 `train --data DIR/train.jsonl --out ADAPTER_DIR [--max-steps N] [--max-minutes M] [--resume] ...`
     LoRA training (backend.training.trainer); progress on stderr; checkpoints; the adapter and card.
-`evaluate CORPUS... [--model M] [--runtime auto|torch|llama.cpp] [--limit K] [--strategy cad|ar|pld ...] [--speed-limit K]`
+`evaluate CORPUS... [--model M] [--runtime auto|torch|llama.cpp] [--engine-url URL --engine-kind K] [--limit K] [--strategy cad|ar|pld ...] [--speed-limit K]`
     Model mode: only the source and the instruction are given (backend.training.evaluate).
 
 Each prints a table and, as its last stdout line, one JSON document. Bad usage exits 2.
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from backend.cli.common import UsageError, emit, format_table
-from backend.cli.edit_commands import _add_runtime_flags
+from backend.cli.edit_commands import _add_runtime_flags, _runtime_options
 
 
 def register(subparsers: Any) -> None:
@@ -66,7 +66,7 @@ def register(subparsers: Any) -> None:
     evaluate.add_argument("--max-new-tokens", type=int, default=768)
     evaluate.add_argument("--data-dir", default=None)
     evaluate.add_argument("--out", default=None, help="also write per-case results (JSONL) here")
-    _add_runtime_flags(evaluate, remote=False)  # llama.cpp: the adapter as a LoRA GGUF (same exact match?)
+    _add_runtime_flags(evaluate, remote=True)  # llama.cpp: the adapter as a LoRA GGUF (same exact match?)
     evaluate.set_defaults(handler=cmd_evaluate)
 
     cost = subparsers.add_parser("adapter-cost", help="decode step merged vs unmerged; zero- vs few-shot prompt")
@@ -129,7 +129,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     strategies = tuple(dict.fromkeys(["cad"] + list(args.strategy or [])))
     if args.limit is not None and args.limit <= 0:
         raise UsageError("--limit must be positive")
-    engine = load_engine(args.model, runtime=args.runtime)
+    engine = load_engine(args.model, **_runtime_options(args))  # a server too: model mode needs no logits here
     evaluation = Evaluation(engine, strategies=strategies, speed_limit=args.speed_limit, max_new_tokens=args.max_new_tokens)
     document: dict[str, Any] = {"model": engine.name, "runtime": engine.loaded.runtime, "strategies": list(strategies), "corpora": {}}
     table_rows, all_rows = [], []

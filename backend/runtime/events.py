@@ -45,6 +45,9 @@ class DecodeMetrics:
     prompt_tokens: int           # tokens of the prompt
     decode_step_seconds: float | None = None  # median wall seconds of this run's one-token forwards
     decode_steps: int | None = None           # how many one-token forwards this run made
+    requests: int | None = None               # completion requests to a server (remote engines only)
+    first_chunk_seconds: float | None = None  # median seconds from a request to its first chunk (remote)
+    server_completion_tokens: int | None = None  # the server's own count of generated tokens (remote)
 
     @staticmethod
     def step_timing(step_seconds: Sequence[float]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from typing import Any
 from backend.data.corpora import CORPUS_NAMES
 from backend.measure.perturb import DEFAULT_RATES
 
-STAGES = ("kernel", "ceiling", "roundtrip", "bound", "perturbation", "replay", "model_mode")
+STAGES = ("kernel", "ceiling", "roundtrip", "bound", "perturbation", "replay", "runtimes", "model_mode")
 LONG_CORPORA = ("commits", "stdlib-probe")
 RESULTS_KIND = "study-results"
 FULL_KERNEL_N = (8, 16, 32, 64, 128, 256, 512)
@@ -42,10 +42,12 @@ class StudyConfig:
     ceiling_limit: int | None = None  # cases per corpus for ceiling/roundtrip/bound/perturbation; None = all
     limit: int = 10                   # replay cases per short corpus (HumanEvalPack)
     long_limit: int = 2               # replay cases per long corpus (commits, stdlib-probe)
+    tune_cases: int = 10              # dev cases per corpus on which prompt lookup's setting is chosen
     replay_max_tokens: int = 3000
     replay_order: str = "seeded"      # "seeded" (shuffled by seed) or "shortest" (smallest first: --quick)
     model_cases: int = 6              # model-mode sample (HumanEvalPack Python and JS, alternating)
     model_max_new_tokens: int = 384
+    replay_runtimes: tuple[str, ...] = ("llama.cpp",)  # replayed again on these, beside torch (stage runtimes)
     rates: tuple[float, ...] = DEFAULT_RATES
     seed: int = 0
     png: bool = True
@@ -59,7 +61,7 @@ class StudyConfig:
     def quick_preset(cls, **overrides: Any) -> "StudyConfig":
         """A few minutes on 2 cores: 2 kernel sizes of the model only, 6 ceiling cases, 2 replays per corpus."""
         base = dict(quick=True, kernel_models=(), kernel_n=(8, 32), kernel_repeats=1, kernel_context=64,
-                    ceiling_limit=6, limit=2, long_limit=1, replay_max_tokens=400, replay_order="shortest", model_cases=2,
+                    ceiling_limit=6, limit=2, long_limit=1, tune_cases=3, replay_max_tokens=400, replay_order="shortest", model_cases=2,
                     model_max_new_tokens=48, rates=(0.0, 0.1, 0.5, 1.0))
         base.update(overrides)
         return cls(**base)

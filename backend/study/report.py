@@ -26,6 +26,7 @@ from backend.study.report_sections import (
     model_mode_section,
     perturbation_section,
     replay_section,
+    runtimes_section,
 )
 
 
@@ -86,6 +87,7 @@ def render_report(results: dict[str, Any]) -> str:
         ceiling_section(results),
         bound_section(results),
         replay_section(results),
+        runtimes_section(results),
         losslessness_section(results),
         perturbation_section(results),
         boundary_section(results),

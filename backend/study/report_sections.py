@@ -85,12 +85,18 @@ def replay_section(results: dict[str, Any]) -> str:
             rows.append([name, s.get("cases", 0)] + ["-"] * 10)
             continue
         tuned = s.get("pld_tuned") or {}  # results from before the tuned run have none
+        setting = (replay.get("tuned_by_corpus") or {}).get(name, {}).get("label")
+        tuned_cell = secs(tuned.get("wall_seconds")) + (f" ({setting})" if setting else "") if tuned else "-"
         rows.append([name, s["timed_cases"], s["gold_tokens"], secs(s["ar"]["wall_seconds"]), secs(s["pld"]["wall_seconds"]),
-                     secs(tuned.get("wall_seconds")) if tuned else "-", secs(s["cad"]["wall_seconds"]),
+                     tuned_cell, secs(s["cad"]["wall_seconds"]),
                      times(s["speedup"]["cad_vs_ar"]), times(s["speedup"]["pld_vs_ar"]), times(s["speedup"]["cad_vs_pld"]),
                      times(s["speedup"].get("cad_vs_pld_tuned")), times(s["speedup_end_to_end"]["cad_vs_ar"])])
     tuned_setting = replay.get("tuned_lookup", "-")
-    out += [table(["corpus", "cases", "gold tokens", "plain", "prompt lookup 2/10", f"prompt lookup tuned {tuned_setting}",
+    if replay.get("tuned_by_corpus"):
+        out += ["Tuned prompt lookup: per corpus, the setting of the 20-setting sweep (n-gram 1-4 x drafts 10-128) "
+                "predicted fastest on that corpus's dev split (the next cases in the same order, not replayed, never timed "
+                "here); its setting is shown beside its time.", ""]
+    out += [table(["corpus", "cases", "gold tokens", "plain", "prompt lookup 2/10", f"prompt lookup tuned ({tuned_setting})",
                    "copy-as-decode", "cad vs plain", "pld vs plain", "cad vs pld", "cad vs tuned pld",
                    "cad vs plain, end to end"], rows), ""]
     out += measured_vs_bound(replay), ""
@@ -279,4 +285,26 @@ def figures_section(results: dict[str, Any]) -> str:
             out.append(f"![{name}]({paths['png']})")
         out.append(f"[{name} (interactive HTML)]({paths['html']})")
         out.append("")
+    return "\n".join(out)
+
+
+def runtimes_section(results: dict[str, Any]) -> str:
+    section = results.get("runtimes")
+    if not section:
+        return ""
+    steps = ", ".join(f"{rt} {secs(r['step_seconds'])}" for rt, r in section["runtimes"].items())
+    out = ["### The same replay on each CPU runtime", "",
+           f"The replay's cases again on each runtime in this run (plain decode step, median of 31: {steps}). Seconds "
+           "are summed over the cases every strategy replayed exactly on every runtime; 'x' is against the fastest "
+           "runtime's plain decoding, what a CPU user would pick instead.", ""]
+    rows = []
+    for corpus in corpora_in(section.get("corpora", {})):
+        entry = section["corpora"][corpus]
+        for rt, seconds in entry["seconds"].items():
+            rows.append([corpus, entry["cases"], rt] + [f"{secs(seconds[s])} ({times(entry['vs_fastest_plain'].get(f'{rt}/{s}'))})"
+                                                       for s in ("ar", "pld", "pld_tuned", "cad")])
+    if rows:
+        out += [table(["corpus", "cases", "runtime", "plain", "pld (2/10)", "pld tuned", "copy-as-decode"], rows), ""]
+    for rt, reason in section.get("skipped", {}).items():
+        out.append(f"Runtime {rt} did not run here: {reason}")
     return "\n".join(out)

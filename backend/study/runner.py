@@ -8,6 +8,7 @@ Stages (each timed; `results["stages"][name]["seconds"]`), one module each in ba
     bound         closed-form wall-clock bound from each kernel table and each corpus's cost programs
     perturbation  exact match under +-1-line span noise at several rates (line coverage programs)
     replay        measured wall clock of reference replay, cad vs ar vs pld, same cases, same model
+    runtimes      the replay's cases again on llama.cpp, beside PyTorch, against the fastest plain decoding
     model_mode    the model writing programs itself (no reference): validity and exact match
 Derived (no extra run): losslessness through the model, boundary re-tokenisation and jump-forward
 (from the replayed cad runs), measured vs bound (from the replayed programs and the model's kernel).
@@ -29,7 +30,7 @@ from typing import Any
 
 from backend.study.config import RESULTS_KIND, Log, StudyConfig, StudyError, stderr_log
 from backend.study.context import StudyContext
-from backend.study.stages import bound, ceiling, derived, kernel, model_mode, perturbation, replay
+from backend.study.stages import bound, ceiling, derived, kernel, model_mode, perturbation, replay, runtimes
 
 
 def run_stages(config: StudyConfig, *, log: Log = stderr_log) -> dict[str, Any]:
@@ -43,7 +44,7 @@ def run_stages(config: StudyConfig, *, log: Log = stderr_log) -> dict[str, Any]:
     kernel.run(ctx)
     if not config.kernel_only:
         ctx.load_corpora()
-        for stage in (ceiling, bound, perturbation, replay, model_mode):
+        for stage in (ceiling, bound, perturbation, replay, runtimes, model_mode):
             stage.run(ctx)
         derived.losslessness(ctx)
         derived.boundary(ctx)

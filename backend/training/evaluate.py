@@ -129,6 +129,7 @@ class Evaluation:
                 "stop_reason": result.stop_reason, "seconds": _metric(result, "wall_seconds"),
                 "prefill_seconds": _metric(result, "prefill_seconds"), "forwards": int(_metric(result, "forwards")),
                 "output_tokens": int(_metric(result, "output_tokens")),
+                "requests": int(_metric(result, "requests")),  # on a server: one per program item
             }
             if strategy == "cad":
                 row["outcome"] = classify(result, case, oracle)
@@ -177,6 +178,7 @@ def pooled_speed(rows: list[dict[str, Any]]) -> dict[str, Any]:
     common = [r for r in rows if all(s in r and r[s]["stop_reason"] != "refused" for s in strategies)]
     totals = {s: {"seconds": sum(r[s]["seconds"] for r in common), "forwards": sum(r[s]["forwards"] for r in common),
                   "output_tokens": sum(r[s]["output_tokens"] for r in common),
+                  "requests": sum(r[s].get("requests", 0) for r in common),
                   "exact": sum(r[s]["exact"] for r in common)} for s in strategies}
     speed: dict[str, Any] = {"cases": len(common), "totals": totals}
     for other in ("ar", "pld"):

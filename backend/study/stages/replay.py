@@ -6,6 +6,10 @@ cases whose source and target each have at most `replay_max_tokens` tokens under
 tokenizer, in a seeded order per corpus (`--quick`: smallest first), the first `limit` of the short
 corpora (HumanEvalPack) and the first `long_limit` of the long ones (commits, stdlib-probe). The chosen
 ids are in results.json.
+
+Tuned prompt lookup ("pld_tuned"): per corpus, the sweep setting predicted fastest on that corpus's
+dev split, the first `tune_cases` cases in the same order that are not replayed (any length), so
+the peer is tuned without seeing the cases it is timed on (backend.measure.tune_lookup).
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from typing import Any
 
 from backend.data.cases import EditCase
 from backend.measure.replay import STRATEGIES, pool_by_corpus, replay_case, summarize_replay, warm_up
-from backend.runtime.prompt_lookup import TUNED_LOOKUP, lookup_label
+from backend.measure.tune_lookup import forward_cost, tune_on_dev
+from backend.runtime.prompt_lookup import TUNED_LOOKUP
 from backend.study.config import LONG_CORPORA
 from backend.study.context import StudyContext
 from backend.study.stages.kernel import kernel_label
@@ -27,7 +32,7 @@ def run(ctx: StudyContext) -> None:
     tokenize = ctx.tokenizer(ctx.model_vocabulary)
     section: dict[str, Any] = {
         "model": config.model, "mode": "reference", "strategies": list(STRATEGIES),
-        "tuned_lookup": lookup_label(TUNED_LOOKUP),
+        "tuned_lookup": "per corpus, chosen on a dev split", "tuned_by_corpus": {},
         "limit": config.limit, "long_limit": config.long_limit, "replay_max_tokens": config.replay_max_tokens,
         "order": config.replay_order, "kernel": kernel_label(kernel.to_dict()), "cases": [],
     }
@@ -36,10 +41,14 @@ def run(ctx: StudyContext) -> None:
 
         engine = EditEngine(ctx.loaded())
         warm_up(engine)
+        cost = forward_cost(engine)
         for name in ctx.corpora:
-            chosen = replay_cases(ctx, name)
+            chosen, dev = replay_split(ctx, name)
+            tuned = tune_on_dev(engine, dev, cost)
+            section["tuned_by_corpus"][name] = tuned
+            ctx.log(f"[study] replay {name}: prompt lookup tuned on {len(tuned['dev_cases'])} dev cases: {tuned['label']}")
             for index, case in enumerate(chosen, 1):
-                record = replay_record(engine, case, name, tokenize, kernel)
+                record = replay_record(engine, case, name, tokenize, kernel, tuned=tuple(tuned["setting"]))
                 section["cases"].append(record)
                 ctx.log(f"[study] replay {name} {index}/{len(chosen)} {case.id}: "
                         + ", ".join(f"{s} {record[s].get('wall_seconds') or float('nan'):.2f}s" for s in STRATEGIES))
@@ -50,20 +59,25 @@ def run(ctx: StudyContext) -> None:
     ctx.results["replay"] = section
 
 
-def replay_cases(ctx: StudyContext, name: str) -> list[EditCase]:
-    """The replay subset of one corpus (see the module docstring)."""
+def replay_split(ctx: StudyContext, name: str) -> tuple[list[EditCase], list[EditCase]]:
+    """(the replay subset of one corpus, its dev split for tuning prompt lookup): see the module docstring."""
     config = ctx.config
     count = ctx.tokenizer(ctx.model_vocabulary).count
-    eligible = [c for c in ctx.corpora[name]
-                if count(c.source) <= config.replay_max_tokens and count(c.target) <= config.replay_max_tokens]
+    ordered = list(ctx.corpora[name])
     if config.replay_order == "shortest":
-        eligible.sort(key=lambda c: (count(c.source) + count(c.target), c.id))
+        ordered.sort(key=lambda c: (count(c.source) + count(c.target), c.id))
     else:
-        random.Random(f"study:{config.seed}:{name}").shuffle(eligible)
-    return eligible[: config.long_limit if name in LONG_CORPORA else config.limit]
+        random.Random(f"study:{config.seed}:{name}").shuffle(ordered)
+    eligible = [c for c in ordered if count(c.source) <= config.replay_max_tokens and count(c.target) <= config.replay_max_tokens]
+    chosen = eligible[: config.long_limit if name in LONG_CORPORA else config.limit]
+    # The dev split needs no timing (its forwards are predicted), so any length the model's context
+    # holds will do: the next cases in the same order that are not replayed.
+    timed = {c.id for c in chosen}
+    return chosen, [c for c in ordered if c.id not in timed][: config.tune_cases]
 
 
-def replay_record(engine: Any, case: EditCase, corpus: str, tokenize: Any, kernel: Any) -> dict[str, Any]:
+def replay_record(engine: Any, case: EditCase, corpus: str, tokenize: Any, kernel: Any,
+                  *, tuned: tuple[int, int] = TUNED_LOOKUP) -> dict[str, Any]:
     """One case replayed with every strategy, its token counts and, when cad was exact, the bound of
     the program cad ran (the program itself is not kept)."""
     from backend.core.program import parse_program
@@ -71,7 +85,7 @@ def replay_record(engine: Any, case: EditCase, corpus: str, tokenize: Any, kerne
 
     record: dict[str, Any] = {"corpus": corpus, "id": case.id, "gold_tokens": tokenize.count(case.target),
                               "source_tokens": tokenize.count(case.source)}
-    record.update({k: v for k, v in replay_case(engine, case).items() if k != "id"})
+    record.update({k: v for k, v in replay_case(engine, case, tuned=tuned).items() if k != "id"})
     program = record["cad"].pop("program", None)
     if program and record["cad"]["exact"]:
         stats = program_stats(parse_program(program), case.source, case.target, tokenize=tokenize)

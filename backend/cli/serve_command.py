@@ -1,0 +1,55 @@
+"""`serve-llamacpp [--model M] [--host H] [--port P] [--n-ctx N] [--print]`: llama.cpp's OpenAI-compatible
+server (llama-cpp-python's `llama_cpp.server`) on a models.yaml entry, the trained adapter included.
+
+An adapter entry is served as its base GGUF plus the adapter converted once to a LoRA GGUF (the
+same files the in-process llama.cpp runtime loads), so `--engine-url http://H:P --engine-kind
+llamacpp --model M` decodes with the same weights remotely. `--print` prints the command instead
+of running it (to run it under a process manager). The process replaces this one (exec).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from typing import Any
+
+from backend.cli.common import UsageError
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("serve-llamacpp", help="llama.cpp's server on a models.yaml entry (adapters too)")
+    parser.add_argument("--model", default=None, help="a models.yaml entry with a GGUF file (default: the default model)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--n-ctx", type=int, default=None, help="context tokens (default: the entry's context_length)")
+    parser.add_argument("--print", action="store_true", help="print the command line instead of running it")
+    parser.set_defaults(handler=cmd_serve_llamacpp)
+
+
+def server_command(model: str | None, host: str, port: int, n_ctx: int | None) -> list[str]:
+    """The `python -m llama_cpp.server ...` argv for the entry (UsageError if it has no GGUF)."""
+    from backend.runtime.llamacpp import gguf_files
+    from backend.runtime.models import ModelUnavailable, UnknownModel, default_model_name, get_spec
+
+    try:
+        spec = get_spec(model or default_model_name())
+        base, lora = gguf_files(spec)
+    except (ModelUnavailable, UnknownModel) as error:
+        raise UsageError(str(error)) from None
+    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(base), "--host", host, "--port", str(port),
+               "--n_ctx", str(n_ctx or spec.context_length), "--model_alias", spec.name]
+    return command + (["--lora_path", str(lora)] if lora is not None else [])
+
+
+def cmd_serve_llamacpp(args: argparse.Namespace) -> int:
+    if not 0 < args.port < 65536:
+        raise UsageError(f"--port {args.port}: not a port number")
+    command = server_command(args.model, args.host, args.port, args.n_ctx)
+    if args.print:
+        print(shlex.join(command))
+        return 0
+    print(f"serving on http://{args.host}:{args.port}: {shlex.join(command)}", file=sys.stderr, flush=True)
+    os.execv(command[0], command)
+    return 0  # not reached
