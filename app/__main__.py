@@ -12,6 +12,7 @@ import argparse
 import os
 import sys
 import threading
+from typing import Any
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
@@ -87,7 +88,8 @@ def _check(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _tuned_lookup(text: str | None) -> dict[str, tuple[int, int]]:
+def _tuned_lookup(text: str | None) -> dict[str, Any]:
+    """AppConfig's tuned_lookup keyword from `--tuned-lookup N/K`; none (the default) when not given."""
     from backend.runtime.prompt_lookup import parse_setting
 
     if text is None:

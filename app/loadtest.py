@@ -272,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     for key, value in report.items():
         if key != "first_errors":
             print(f"{key:>18}  {value}")
-    for line in report["first_errors"]:  # type: ignore[union-attr]
+    first_errors: list[str] = report["first_errors"]  # type: ignore[assignment]
+    for line in first_errors:
         print(f"  client error: {line}")
     keys = ("clients", "edits_finished", "edits_stored", "lost", "duplicated", "wrong", "integrity",
             "interrupted", "p50_s", "p95_s")

@@ -1,7 +1,8 @@
 """Type checking runs with the tests (so CI runs it): mypy, configured in pyproject.toml.
 
 backend/core (the pure algorithm) is checked with --strict; backend/runtime and backend/training
-(and what they import) with pyproject's settings. A type error fails the suite with mypy's own report.
+(and what they import) and app/ (the UI layer) with pyproject's settings. A type error fails the suite
+with mypy's own report.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ def _mypy(*args: str) -> subprocess.CompletedProcess:
                           timeout=900)
 
 
-@pytest.mark.parametrize("args", [("--strict", "backend/core"), ("backend/runtime", "backend/training")],
-                         ids=["core-strict", "runtime-training"])
+@pytest.mark.parametrize("args", [("--strict", "backend/core"), ("backend/runtime", "backend/training"), ("app",)],
+                         ids=["core-strict", "runtime-training", "app"])
 def test_mypy_passes(args):
     done = _mypy(*args)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]

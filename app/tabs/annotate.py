@@ -36,7 +36,7 @@ def stored_spans(edit: EditRecord) -> list[tuple[str, str | None]]:
     if spans:
         body = [(text, kind) for kind, text in spans if kind in ("copy", "gen", "draft")]
         if "".join(t for t, _ in body) == edit.output:
-            return merge_spans(body)
+            return list(merge_spans(body))
     return [(edit.output, None)] if edit.output else []
 
 

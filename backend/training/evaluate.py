@@ -130,6 +130,7 @@ class Evaluation:
                 "prefill_seconds": _metric(result, "prefill_seconds"), "forwards": int(_metric(result, "forwards")),
                 "output_tokens": int(_metric(result, "output_tokens")),
                 "requests": int(_metric(result, "requests")),  # on a server: one per program item
+                "first_chunk_seconds": _metric(result, "first_chunk_seconds"),  # on a server: median per request
             }
             if strategy == "cad":
                 row["outcome"] = classify(result, case, oracle)
