@@ -123,3 +123,20 @@ def test_replay_two_corpora_adds_pooled_and_limit(capsys):
     assert pooled["ar"]["wall_seconds"] == pytest.approx(sum(c["ar"]["wall_seconds"] for c in cases), rel=1e-3)
     assert pooled["speedup"]["cad_vs_ar"] == pytest.approx(
         sum(c["ar"]["wall_seconds"] for c in cases) / sum(c["cad"]["wall_seconds"] for c in cases), rel=1e-3)
+
+
+def test_replay_tunes_prompt_lookup_on_a_dev_split_it_never_times(capsys):
+    """Issue 10 item 1: `--tune-on K` picks the setting per corpus on the K cases after the replayed ones."""
+    from backend.data.corpora import load_corpus
+    from backend.runtime.prompt_lookup import SWEEP
+
+    code = main(["replay", "humanevalpack-python", "--model", "tiny-random", "--limit", "1", "--tune-on", "3"])
+    out, err = capsys.readouterr()
+    assert code in (0, 1), err
+    document = last_json(out)
+    tuned = document["tuned_by_corpus"]["humanevalpack-python"]
+    ids = [case.id for case in load_corpus("humanevalpack-python", None)[:4]]
+    assert tuned["dev_cases"] == ids[1:] and [c["id"] for c in document["cases"]] == ids[:1]
+    assert tuple(tuned["setting"]) in {(s.ngram, s.drafts) for s in SWEEP}
+    assert document["tuned_lookup"] == "per corpus, chosen on a dev split" and "tuned on 3 dev cases" in err
+    assert main(["replay", "humanevalpack-python", "--model", "tiny-random", "--tune-on", "3"]) == 2

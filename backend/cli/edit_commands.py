@@ -151,20 +151,25 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     if args.limit is not None and args.limit < 1:
         raise UsageError(f"--limit must be >= 1, got {args.limit}")
+    if args.tune_on is not None and (args.tune_on < 1 or args.limit is None):
+        raise UsageError("--tune-on K needs K >= 1 and --limit (the dev cases are the K after the replayed ones)")
     corpora = []
     for name in args.corpora:
         try:
             cases = load_corpus(name, args.data_dir)
         except CorpusError as error:
             raise UsageError(str(error)) from None
-        corpora.append((name, cases[: args.limit] if args.limit else cases))
+        dev = cases[args.limit: args.limit + args.tune_on] if args.tune_on else []
+        corpora.append((name, cases[: args.limit] if args.limit else cases, dev))
     engine = load_engine(args.model, **_runtime_options(args))
     warm_up(engine)
+    tuned_by_corpus = _tune_per_corpus(engine, corpora) if args.tune_on else {}
     started = time.perf_counter()
     records: list[dict[str, Any]] = []
-    for name, cases in corpora:
+    for name, cases, _dev in corpora:
+        tuned = tuple(tuned_by_corpus[name]["setting"]) if name in tuned_by_corpus else args.lookup
         for index, case in enumerate(cases, start=1):
-            record = {"corpus": name, **replay_case(engine, case, tuned=args.lookup)}
+            record = {"corpus": name, **replay_case(engine, case, tuned=tuned)}
             record["cad"].pop("program", None)
             records.append(record)
             print(
@@ -178,11 +183,27 @@ def cmd_replay(args: argparse.Namespace) -> int:
     document = {
         "command": "replay", "model": engine.name, "weights": engine.loaded.weights_label,
         "device": str(engine.loaded.device), "dtype": str(engine.loaded.dtype).replace("torch.", ""),
-        "seconds": time.perf_counter() - started, "tuned_lookup": lookup_label(args.lookup),
+        "seconds": time.perf_counter() - started,
+        "tuned_lookup": "per corpus, chosen on a dev split" if tuned_by_corpus else lookup_label(args.lookup),
         "summary": summaries, "cases": _rounded(records),
     }
+    if tuned_by_corpus:
+        document["tuned_by_corpus"] = tuned_by_corpus
     emit(replay_table(summaries), document)
     return 0 if all(s["all_exact"] for s in summaries.values()) else 1
+
+
+def _tune_per_corpus(engine: Any, corpora: list[tuple[str, list[Any], list[Any]]]) -> dict[str, dict[str, Any]]:
+    """Per corpus, prompt lookup's setting predicted fastest on its dev cases (backend.measure.tune_lookup)."""
+    from backend.measure.tune_lookup import forward_cost, tune_on_dev
+
+    cost = forward_cost(engine)
+    out = {}
+    for name, _cases, dev in corpora:
+        out[name] = tune_on_dev(engine, dev, cost)
+        print(f"[replay] {name}: prompt lookup tuned on {len(out[name]['dev_cases'])} dev cases: {out[name]['label']}",
+              file=sys.stderr, flush=True)
+    return out
 
 
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -252,5 +273,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--lookup", type=_lookup, default=TUNED_LOOKUP, metavar="N/K",
                    help=f"the tuned prompt-lookup run's setting (default {TUNED_LOOKUP[0]}/{TUNED_LOOKUP[1]}: "
                         "bench's fastest on held-out commit edits)")
+    p.add_argument("--tune-on", type=int, default=None, metavar="K",
+                   help="instead of --lookup: per corpus, the sweep setting predicted fastest on the K cases after "
+                        "the --limit replayed ones (a dev split the replay never times)")
     _add_runtime_flags(p, remote=False)
     p.set_defaults(handler=cmd_replay)
