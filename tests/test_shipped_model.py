@@ -1,12 +1,12 @@
 """The shipped model writes programs by itself: the trained adapter, loaded through models.yaml,
 finishes valid programs on a fixed subset of the dev split (files never seen in training).
 
-Measured for the adapter shipped on 2026-12-01 (second run resumed to step 321; greedy,
-deterministic, 768 new tokens): 14/14 programs finished and valid (the untrained model with the
-few-shot prompt finishes none), 2/14 exact (the first run: 0/14; step 203: 2/14), mean line
-similarity 0.857 (step 203: 0.902; an unchanged copy of the input scores 0.956). The exact floor
-sits one case under the measured 2/14, so a model that stops editing exactly fails; finished and
-similarity keep margins under the measurement.
+Measured for the adapter shipped on 2026-12-01 (third run, step 131; greedy, deterministic, 400 new
+tokens): torch 14/14 programs finished and valid, 2/14 exact, mean line similarity 0.920; llama.cpp
+(the adapter as a LoRA GGUF over Q4_1) the same 14/14, 2/14, 0.920 (the untrained model with the
+few-shot prompt finishes none; an unchanged copy of the input scores 0.956). The exact floor sits one
+case under the measured 2/14, so a model that stops editing exactly fails; finished and similarity
+keep margins under the measurement.
 """
 
 from __future__ import annotations
