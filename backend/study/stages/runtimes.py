@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from backend.measure.replay import STRATEGIES, replay_case, warm_up
+from backend.runtime.prompt_lookup import TUNED_LOOKUP
 from backend.study.context import StudyContext
 
 
@@ -36,7 +37,7 @@ def run(ctx: StudyContext) -> None:
             records = []
             tuned = {c: tuple(t["setting"]) for c, t in (replay.get("tuned_by_corpus") or {}).items()}
             for index, (corpus, case) in enumerate(chosen, 1):
-                records.append({"corpus": corpus, **replay_case(engine, case, **({"tuned": tuned[corpus]} if corpus in tuned else {}))})
+                records.append({"corpus": corpus, **replay_case(engine, case, tuned=tuned.get(corpus, TUNED_LOOKUP))})
                 ctx.log(f"[study] {name} replay {index}/{len(chosen)} {case.id}")
             section["runtimes"][name] = {"step_seconds": engine.step_seconds(warmup=5, steps=31), "cases": _slim(records)}
         section["corpora"] = compare_runtimes(section["runtimes"], list(ctx.corpora))
