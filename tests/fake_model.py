@@ -130,15 +130,17 @@ class FakeCache:
         logits[self.script.next_token(_written(self.token_ids))] = 10.0
         return logits
 
-    def append_span_all(self, token_ids: Sequence[int]) -> torch.Tensor:
+    def append_span_all(self, token_ids: Sequence[int], rows: int | None = None) -> torch.Tensor:
         if not token_ids:
             raise ValueError("empty span: nothing to append")
-        rows = []
+        if rows is not None and not 1 <= rows <= len(token_ids):
+            raise ValueError(f"rows must be in 1..{len(token_ids)}, got {rows}")
+        out = []
         for token in token_ids:
             self.token_ids.append(int(token))
-            rows.append(self._logits())
+            out.append(self._logits())
         self.forwards += 1
-        return torch.stack(rows)
+        return torch.stack(out[-rows:] if rows is not None else out)
 
     def append_span(self, token_ids: Sequence[int]) -> torch.Tensor:
         if not token_ids:

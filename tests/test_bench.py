@@ -46,6 +46,11 @@ def test_bench_prints_every_strategy_and_one_json_line(corpus, capsys):
     # hybrid drafting replaces a decode step's forward, never adds one
     assert summary["forwards"]["cad-hybrid"] <= summary["forwards"]["cad"] and summary["exact"]["cad-hybrid"]
     assert summary["tags"]["cad"]["copies"] > 0 and summary["tags"]["cad"]["tag_steps_per_copy"] > 0
+    # tag drafts (the next item's opening checked with the copy's forward) save steps, same output
+    untagged, tagged = summary["tags"]["cad-no-tag-drafts"], summary["tags"]["cad"]
+    assert summary["exact"]["cad-no-tag-drafts"] and untagged["tag_drafts_accepted"] == 0
+    assert tagged["tag_drafts_accepted"] > 0 and tagged["tag_steps_per_copy"] < untagged["tag_steps_per_copy"]
+    assert summary["forwards"]["cad"] == summary["forwards"]["cad-no-tag-drafts"] - tagged["tag_drafts_accepted"]
     ratio = summary["speedup_vs_ar"]["cad"]
     assert ratio == pytest.approx(summary["seconds"]["ar"] / summary["seconds"]["cad"])
     assert "pld-best = " + summary["pld_best_setting"] in out and parse_setting(summary["pld_best_setting"])

@@ -135,6 +135,20 @@ def test_same_seed_same_program(tag_loving):
     assert first.program == second.program and first.output == second.output
 
 
+def test_tag_drafts_change_no_program_in_model_mode(tag_loving):
+    # The model writes its own program (sampled, seeded: the draws happen at the same choices in
+    # the same order); drafted tag openings are kept only where the model chose them itself.
+    accepted = 0
+    for seed in range(8):
+        options = dict(max_new_tokens=60, temperature=1.0, seed=seed)
+        drafted = run(tag_loving, SOURCE, **options)[1]
+        plain = run(tag_loving, SOURCE, tag_drafts=False, **options)[1]
+        assert (drafted.program, drafted.output, drafted.stop_reason) == (plain.program, plain.output, plain.stop_reason)
+        assert drafted.metrics.forwards == plain.metrics.forwards - drafted.metrics.tag_drafts_accepted
+        accepted += drafted.metrics.tag_drafts_accepted
+    assert accepted > 0
+
+
 def test_empty_source_allows_gens_only(tag_loving):
     for seed in range(5):
         events, result = run(tag_loving, "", max_new_tokens=30, temperature=1.0, seed=seed)
@@ -238,8 +252,10 @@ def test_jump_forward_saves_forwards(tiny_model):
     events, result = replay(tiny_model, source, target)
     m = result.metrics
     assert m.jump_forward_tokens > 0
-    # one forward per chosen token; forced tokens and copies ride along with the token before them
-    assert m.forwards == m.program_tokens - m.jump_forward_tokens
+    # one forward per chosen token; forced tokens and copies ride along with the token before them,
+    # and so do the predicted openings of the next item (tag drafts) where the program has them
+    assert m.tag_drafts_accepted > 0
+    assert m.forwards == m.program_tokens - m.jump_forward_tokens - m.tag_drafts_accepted
     assert m.forwards < m.program_tokens + m.copies
     assert m.forwards < m.output_tokens
 

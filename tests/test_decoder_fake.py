@@ -42,7 +42,7 @@ def test_the_fake_model_is_a_model_handle_with_a_decode_cache():
 
 def test_the_model_writes_its_script_exactly(grammar):
     ops = [CopyLines(1, 2), Gen("TWO\n"), CopyLines(4, 4)]
-    events, result = decode(FakeModel(context_text(ops, SOURCE)), grammar)
+    events, result = decode(FakeModel(context_text(ops, SOURCE)), grammar, tag_drafts=False)
     assert result.stop_reason == "eos" and not result.partial and result.error is None
     assert result.program == context_program(ops)
     assert result.output == "one\ntwo\nTWO\nfour\n" == resolve_program(ops, SOURCE)
@@ -66,8 +66,33 @@ def test_the_model_writes_its_script_exactly(grammar):
     assert m.jump_forward_tokens == m.program_tokens - len(chosen)
     # One forward per chosen token (the first choice comes from the prefill, and EOS from the last
     # forward's logits).
-    assert m.forwards == len(chosen)
+    assert m.forwards == len(chosen) and m.tag_drafts_accepted == 0
     assert m.copies == 2 and m.prompt_tokens > 0
+
+
+def test_tag_drafts_save_the_openings_steps_and_change_nothing_else(grammar):
+    ops = [CopyLines(1, 2), Gen("TWO\n"), CopyLines(4, 4)]
+    _, plain = decode(FakeModel(context_text(ops, SOURCE)), grammar, tag_drafts=False)
+    events, drafted = decode(FakeModel(context_text(ops, SOURCE)), grammar)
+    assert (drafted.program, drafted.output, drafted.stop_reason) == (plain.program, plain.output, "eos")
+    assert "".join(e.text for e in events if e.kind == "copy") == "one\ntwo\nfour\n"
+    # After the copy, '<gen>' rides on the copy's forward ('<' and 'g' were choices: 2 steps
+    # saved, 'en>' forced); after the gen, '\n<copy lines="' on the close's forward ('\n', '<',
+    # 'c': 3 saved). After the last copy the model ends: its drafted '<gen>' is rolled back.
+    assert drafted.metrics.tag_drafts_accepted == 5
+    assert drafted.metrics.forwards == plain.metrics.forwards - 5
+    assert drafted.metrics.program_tokens == plain.metrics.program_tokens
+
+
+def test_a_rejected_tag_draft_takes_the_models_own_choice(grammar):
+    # Copy then copy (a deleted line): the drafted '<gen>' after the first copy is refused at
+    # 'g' (the model writes 'c'); the output is the model's, the rollback leaves a clean cache.
+    ops = [CopyLines(1, 2), CopyLines(4, 4)]
+    _, plain = decode(FakeModel(context_text(ops, SOURCE)), grammar, tag_drafts=False)
+    _, drafted = decode(FakeModel(context_text(ops, SOURCE)), grammar)
+    assert drafted.output == plain.output == "one\ntwo\nfour\n" and drafted.stop_reason == "eos"
+    assert drafted.metrics.tag_drafts_accepted == 1  # only the '<'
+    assert drafted.metrics.forwards == plain.metrics.forwards - 1
 
 
 def test_the_grammar_overrules_the_model(grammar):
@@ -169,8 +194,9 @@ def test_without_a_cancel_flag_the_prompt_is_one_forward(grammar):
 
 
 def test_decode_steps_are_the_one_token_forwards(grammar):
-    _, result = decode(FakeModel("<gen>abc</gen>"), grammar)
-    # Every chosen token goes in alone (no copy, no forced text after '<gen' ... '>'): the forwards
+    _, result = decode(FakeModel("<gen>abc</gen>"), grammar, tag_drafts=False)
+    # Every chosen token goes in alone (no copy, no forced text after '<gen' ... '>', no tag drafts
+    # after the close): the forwards
     # of one token are '<', 'a', 'b', 'c', '<', '/', 'g', 'e', 'n', '>' (after '<g', 'en>' is forced
     # and enters with 'g' in one forward of 4 tokens).
     assert result.metrics.decode_steps == result.metrics.forwards - 1

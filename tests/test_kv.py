@@ -54,6 +54,9 @@ def test_prefill_equals_steps(request, model__span__tol):
     last = SequenceCache(loaded.model)
     last.append_span(context)
     assert torch.allclose(last.append_span(span), rows[-1], atol=tol, rtol=0)
+    tail = SequenceCache(loaded.model)
+    tail.append_span(context)
+    assert torch.allclose(tail.append_span_all(span, rows=2), rows[-2:], atol=tol, rtol=0)
     assert spanned.forwards == 2 and stepped.forwards == 1 + len(span)
     assert spanned.token_ids == stepped.token_ids == ids and spanned.length == len(ids)
 

@@ -65,6 +65,20 @@ def test_append_span_all__row_i_predicts_after_token_i(llama: LlamaCppModel, ids
         assert float((step - rows[i]).abs().max()) < 0.05
 
 
+def test_append_span_all_with_rows_returns_only_the_last_rows(llama: LlamaCppModel, ids: list[int]) -> None:
+    full = llama.new_cache()
+    full.append_span(ids[:10])
+    everything = full.append_span_all(ids[10:16])
+    tail = llama.new_cache()  # one context per model: this cache supersedes `full`
+    tail.append_span(ids[:10])
+    last = tail.append_span_all(ids[10:16], rows=2)  # a span and one draft: two rows are needed
+    assert last.shape == (2, llama.vocab_size) and tail.length == 16
+    assert float((last - everything[-2:]).abs().max()) < 0.05
+    with pytest.raises(ValueError, match="rows must be in 1..3"):
+        tail.append_span_all(ids[16:19], rows=4)
+    assert tail.length == 16  # a refused call enters nothing
+
+
 def test_rollback__then_the_same_tokens_give_the_same_logits(llama: LlamaCppModel, ids: list[int]) -> None:
     cache = llama.new_cache()
     cache.append_span(ids[:20])

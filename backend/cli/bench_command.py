@@ -5,7 +5,9 @@ Reference replay of each case's target through one model with every strategy, me
 process (backend/measure/strategy_bench.py says how): plain decoding (`ar`), prompt lookup at
 transformers' defaults (`pld`, 2-gram/10), prompt lookup at the fastest setting of the n-gram 1-4 x
 draft 10-128 sweep on these same cases (`pld-best`; the N best-predicted settings are timed),
-copy-as-decode (`cad`) and, when the decoder offers it, hybrid copy-as-decode (`cad-hybrid`).
+copy-as-decode (`cad`), hybrid copy-as-decode (`cad-hybrid`) and copy-as-decode without tag drafts
+(`cad-no-tag-drafts`: every chosen tag token its own step, as before the drafts; the "tags" section
+gives tag decode steps per copy for each).
 Seconds are decode seconds after the prompt prefill, medians of R runs per case summed over the
 cases; ratios are ratios of those sums, measured in the same run. The machine's load average at
 start and end is printed: timings on a busy machine are slower, ratios less so.
@@ -104,7 +106,7 @@ def bench_corpus(engine: Any, cases: list[Any], *, repeats: int, top: int, libra
     context = int(sum(len(c.plain.prompt_ids) for c in prepared) / len(prepared))
     cost = sb.interpolate(sb.forward_cost_table(engine.loaded, context))
     ranked = sb.rank_settings(engine.loaded, prepared, cost)
-    run = sb.runners(engine, sb.shortlist(ranked, top), sb.hybrid_runner())
+    run = sb.runners(engine, sb.shortlist(ranked, top))
     sb.time_cases(prepared[:1], run, 1)  # warm-up: first forwards are 4-10x slower
     timings = sb.time_cases(prepared, run, repeats, progress=lambda line: print(line, file=sys.stderr, flush=True))
     summary = sb.summarize(timings, ranked)

@@ -148,7 +148,7 @@ def shortlist(ranked: dict[PromptLookupSetting, dict[str, float]], top: int) -> 
     return list(dict.fromkeys([DEFAULT_SETTING, *best]))
 
 
-def runners(engine: Any, settings: Sequence[PromptLookupSetting], hybrid: Callable[[Any, PreparedCase], Any] | None) -> dict[str, Callable[[PreparedCase], Any]]:
+def runners(engine: Any, settings: Sequence[PromptLookupSetting]) -> dict[str, Callable[[PreparedCase], Any]]:
     """Strategy name (pld settings by label) -> a function running one case to its DecodeResult."""
     loaded = engine.loaded
 
@@ -165,8 +165,9 @@ def runners(engine: Any, settings: Sequence[PromptLookupSetting], hybrid: Callab
 
     out: dict[str, Callable[[PreparedCase], Any]] = {"ar": plain, "cad": cad}
     out.update({f"pld:{s.label}": lookup(s) for s in settings})
-    if hybrid is not None:
-        out["cad-hybrid"] = lambda case: hybrid(engine, case)
+    hybrid, untagged = reference_runner(hybrid=True), reference_runner(hybrid=False, tag_drafts=False)
+    out["cad-hybrid"] = lambda case: hybrid(engine, case)
+    out["cad-no-tag-drafts"] = lambda case: untagged(engine, case)
     return out
 
 
@@ -191,11 +192,13 @@ def pooled(per_case: dict[str, Timing]) -> dict[str, Any]:
 
 
 def tag_steps(per_case: dict[str, Timing]) -> dict[str, Any]:
-    """Copy-as-decode's tag cost: tag tokens, the ones jump-forward forced (no decode step), and
-    the decode steps left per copy (tag tokens - jump-forward tokens, over copies)."""
-    total: dict[str, Any] = {key: sum(int(t.metrics.get(key) or 0) for t in per_case.values())
-                              for key in ("copies", "tokens_tag", "jump_forward_tokens", "tokens_generated", "forwards")}
-    total["tag_steps_per_copy"] = ratio(total["tokens_tag"] - total["jump_forward_tokens"], total["copies"])
+    """Copy-as-decode's tag cost: tag tokens, the ones jump-forward forced and the chosen ones
+    accepted from tag drafts (neither costs a decode step), and the decode steps left per copy
+    (tag tokens - jump-forward tokens - accepted tag drafts, over copies)."""
+    keys = ("copies", "tokens_tag", "jump_forward_tokens", "tag_drafts_accepted", "tokens_generated", "forwards")
+    total: dict[str, Any] = {key: sum(int(t.metrics.get(key) or 0) for t in per_case.values()) for key in keys}
+    steps = total["tokens_tag"] - total["jump_forward_tokens"] - total["tag_drafts_accepted"]
+    total["tag_steps_per_copy"] = ratio(steps, total["copies"])
     total["tag_tokens_per_copy"] = ratio(total["tokens_tag"], total["copies"])
     return total
 
@@ -206,8 +209,9 @@ def summarize(timings: dict[str, dict[str, Timing]], ranked: dict[PromptLookupSe
     swept = {parse_setting(name[len("pld:"):]): sums[name] for name in sums if name.startswith("pld:")}
     best = fastest({s: v["seconds"] for s, v in swept.items()})
     by_strategy = {"ar": sums["ar"], "pld": swept[DEFAULT_SETTING], "pld-best": swept[best], "cad": sums["cad"]}
-    if "cad-hybrid" in sums:
-        by_strategy["cad-hybrid"] = sums["cad-hybrid"]
+    for extra in ("cad-hybrid", "cad-no-tag-drafts"):
+        if extra in sums:
+            by_strategy[extra] = sums[extra]
     seconds = {k: v["seconds"] for k, v in by_strategy.items()}
     return {
         "cases": len(next(iter(timings.values()))),
@@ -216,7 +220,7 @@ def summarize(timings: dict[str, dict[str, Timing]], ranked: dict[PromptLookupSe
         "prefill_seconds": {k: v["prefill_seconds"] for k, v in by_strategy.items()},
         "exact": {k: v["exact"] for k, v in by_strategy.items()},
         "pld_best_setting": best.label,
-        "tags": {k: tag_steps(timings[k]) for k in ("cad", "cad-hybrid") if k in timings},
+        "tags": {k: tag_steps(timings[k]) for k in ("cad", "cad-hybrid", "cad-no-tag-drafts") if k in timings},
         "speedup_vs_ar": {k: ratio(seconds["ar"], v) for k, v in seconds.items()},
         "speedup_vs_pld_best": {k: ratio(seconds["pld-best"], v) for k, v in seconds.items()},
         "sweep": {s.label: {"forwards": int(r["forwards"]), "predicted_seconds": r["predicted_seconds"],
@@ -261,22 +265,19 @@ def library_check(engine: Any, cases: Sequence[PreparedCase], *, max_new_tokens:
                                                       "pld": ratio(seconds["generate_pld"], seconds["pld"])}}
 
 
-def hybrid_runner() -> Callable[[Any, PreparedCase], Any] | None:
-    """cad-hybrid (reference replay of the oracle program with prompt-lookup drafts inside gens),
-    or None when the decoder has no `hybrid` option."""
-    import inspect
-
+def reference_runner(*, hybrid: bool, tag_drafts: bool = True) -> Callable[[Any, PreparedCase], Any]:
+    """A reference replay of the oracle program through `decode_program`: `hybrid` adds
+    prompt-lookup drafts inside gens (cad-hybrid); `tag_drafts` False decodes every chosen tag
+    token in its own step (cad-no-tag-drafts: what the tag drafts save, in the same run)."""
     from backend.runtime.decoder import decode_program
     from backend.runtime.hybrid import DEFAULT_HYBRID
-
-    if "hybrid" not in inspect.signature(decode_program).parameters:
-        return None
 
     def run(engine: Any, case: PreparedCase) -> Any:
         request = case.program.request
         program = engine.reference_program(request.source, request.target)
         return run_to_result(decode_program(
             engine.loaded, request.source, request.instruction, max_new_tokens=None, force_program=program,
-            grammar=engine.grammar, prompt_ids=case.program.prompt_ids, hybrid=DEFAULT_HYBRID))
+            grammar=engine.grammar, prompt_ids=case.program.prompt_ids,
+            hybrid=DEFAULT_HYBRID if hybrid else None, tag_drafts=tag_drafts))
 
     return run

@@ -18,7 +18,7 @@ from backend.core.program import Op
 from backend.runtime.events import DecodeEvent
 from backend.runtime.grammar import Grammar
 from backend.runtime.handle import DecodeCache
-from backend.runtime.hybrid import GenDrafting
+from backend.runtime.hybrid import Drafting
 from backend.runtime.loop_guard import LoopGuard
 from backend.runtime.program_text import ForcedProgram, ProgramStream
 
@@ -65,7 +65,7 @@ class DecodeRun:
     base_forwards: int = 0     # cache.forwards after the prompt prefill
     base_steps: int = 0        # len(cache.step_seconds) after the prompt prefill
     started: float = 0.0
-    drafting: GenDrafting | None = None  # hybrid: prompt-lookup drafts inside gens (hybrid.py)
+    drafting: Drafting | None = None  # tag openings and (hybrid) prompt-lookup drafts in gens (hybrid.py)
 
     @property
     def fsm(self) -> TokenFSM:

@@ -59,7 +59,7 @@ from backend.runtime.decode_run import DecodeRun
 from backend.runtime.events import DecodeEvent, DecodeMetrics, DecodeResult
 from backend.runtime.grammar import Grammar
 from backend.runtime.handle import ModelHandle, prefill_prompt
-from backend.runtime.hybrid import GenDrafting
+from backend.runtime.hybrid import Drafting
 from backend.runtime.loop_guard import LoopGuard
 from backend.runtime.program_text import ForcedProgram, ProgramStream, check_forced, encode_text
 from backend.runtime.prompt_lookup import PromptLookupSetting
@@ -240,6 +240,7 @@ def decode_program(
     grammar: Grammar | None = None,
     prompt_ids: Sequence[int] | None = None,
     hybrid: PromptLookupSetting | None = None,
+    tag_drafts: bool = True,
 ) -> Iterator[DecodeEvent]:
     """Copy-as-decode: the model writes a program under the FSM; copies enter the cache in one
     forward each. Yields tag / copy / gen events, then one done event with the DecodeResult.
@@ -248,6 +249,9 @@ def decode_program(
     `grammar`: the model's Grammar (the engine passes the one it owns; built here when None, ~0.3 s).
     `hybrid` (a prompt-lookup setting): inside gens, drafts checked in the same forward as the
     pending token (backend/runtime/hybrid.py); the output is unchanged, forwards fewer.
+    `tag_drafts`: the next item's predicted opening (`<gen>` after a copy, `\n<copy lines="` after
+    a gen) is checked in the forward that enters the copy or the gen's close (hybrid.py); False
+    decodes every chosen tag token in its own step (to measure what the drafts save).
     `prompt_ids`: the program prompt already tokenised (default: `program_prompt_ids` in the
     model's prompt style).
     Stops at EOS ("eos"), the end of a forced program ("complete"), `max_new_tokens` program tokens
@@ -276,7 +280,7 @@ def decode_program(
         context_length=loaded.spec.context_length, cancel=cancel, forced=forced,
         sampling=(temperature, top_p, make_generator(seed) if temperature > 0 and forced is None else None),
         guard=LoopGuard() if forced is None else None,
-        drafting=GenDrafting(hybrid, next_token, take_token, jump_forward) if hybrid is not None else None,
+        drafting=Drafting(hybrid, next_token, take_token, jump_forward, tags=tag_drafts),
     )
     return _decode(run, list(prompt_ids))
 
@@ -291,9 +295,9 @@ def _decode(run: DecodeRun, prompt: list[int]) -> Iterator[DecodeEvent]:
         run.stop("cancel")
     try:
         while not should_stop(run):
-            drafts = run.drafting.drafts(run) if run.drafting is not None else []
-            if drafts:  # hybrid: pending + drafts in one forward (backend/runtime/hybrid.py)
-                logits, events = run.drafting.forward(run, drafts)  # type: ignore[union-attr]
+            source, drafts = run.drafting.drafts(run) if run.drafting is not None else ("", [])
+            if drafts:  # pending + drafts in one forward (backend/runtime/hybrid.py)
+                logits, events = run.drafting.forward(run, source, drafts)  # type: ignore[union-attr]
                 yield from events
                 continue
             logits = forward_pending(run, logits)
@@ -336,7 +340,8 @@ def finish(run: DecodeRun, *, prompt_tokens: int, prefill_seconds: float) -> Dec
         tokens_per_second=output_tokens / wall if wall > 0 else 0.0, jump_forward_tokens=counts.jump,
         boundary_retokenized=counts.boundary, retokenized_tokens=counts.boundary_tokens,
         accepted_draft_tokens=run.drafting.accepted if run.drafting else 0,
-        draft_tokens=run.drafting.drafted if run.drafting else None,
+        draft_tokens=run.drafting.drafted if run.drafting and run.drafting.gen_setting else None,
+        tag_drafts_accepted=run.drafting.tag_accepted if run.drafting else 0,
         output_tokens=output_tokens, program_tokens=counts.program,
         copies=sum(isinstance(op, CopyLines) for op in final_ops), prompt_tokens=prompt_tokens,
         **DecodeMetrics.step_timing(run.cache.step_seconds[run.base_steps:]),

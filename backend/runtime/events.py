@@ -38,7 +38,8 @@ class DecodeMetrics:
     boundary_retokenized: int    # copy joins whose tag tokens were re-tokenised (cad)
     retokenized_tokens: int | None = None     # tag tokens rolled back at those joins (cad only)
     accepted_draft_tokens: int   # prompt-lookup drafts accepted (pld)
-    draft_tokens: int | None = None           # prompt-lookup drafts checked (ar, pld only)
+    draft_tokens: int | None = None           # prompt-lookup drafts checked (ar, pld, cad-hybrid)
+    tag_drafts_accepted: int | None = None    # chosen tag tokens accepted from drafts: steps saved (cad)
     output_tokens: int           # canonical token count of the output
     program_tokens: int | None = None         # tag + gen tokens of the program (cad only)
     copies: int | None = None                 # copy ops in the final program (cad only)

@@ -49,8 +49,9 @@ class DecodeCache(Protocol):
         None when `cancel.is_set()` before a chunk (the chunks done stay in the cache)."""
         ...
 
-    def append_span_all(self, token_ids: Sequence[int]) -> torch.Tensor:
-        """Append N tokens in one forward; logits [N, V], row i predicting the token after token i."""
+    def append_span_all(self, token_ids: Sequence[int], rows: int | None = None) -> torch.Tensor:
+        """Append N tokens in one forward; logits [N, V], row i predicting the token after token i
+        (`rows`: only the last `rows` rows, [rows, V]; 1 <= rows <= N else ValueError)."""
         ...
 
     def rollback(self, k: int) -> None:

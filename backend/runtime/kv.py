@@ -60,6 +60,15 @@ class _CancelFlag(Protocol):
     def is_set(self) -> bool: ...
 
 
+def tail_rows(n: int, rows: int | None) -> int:
+    """How many final positions' logits a forward of n tokens returns (`rows` None: all n)."""
+    if rows is None:
+        return n
+    if not 1 <= rows <= n:
+        raise ValueError(f"rows must be in 1..{n}, got {rows}")
+    return rows
+
+
 class SequenceCache:
     """One sequence (batch 1) in a transformers DynamicCache; `token_ids` mirrors the cache.
 
@@ -114,9 +123,10 @@ class SequenceCache:
         """Append N tokens in one forward; the logits [V] after the last of them."""
         return self._forward(token_ids, 1)[0]
 
-    def append_span_all(self, token_ids: Sequence[int]) -> torch.Tensor:
-        """Append N tokens in one forward; logits [N, V], row i predicting the token after token i."""
-        return self._forward(token_ids, len(token_ids))
+    def append_span_all(self, token_ids: Sequence[int], rows: int | None = None) -> torch.Tensor:
+        """Append N tokens in one forward; logits [N, V], row i predicting the token after token i
+        (`rows`: only the last `rows` of them, [rows, V]: a wide span with a few drafts after it)."""
+        return self._forward(token_ids, tail_rows(len(token_ids), rows))
 
     def prefill(self, token_ids: Sequence[int], *, chunk: int = 256,
                 cancel: _CancelFlag | None = None) -> torch.Tensor | None:

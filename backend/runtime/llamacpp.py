@@ -37,6 +37,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from backend.runtime.kv import tail_rows
 from backend.runtime.models import (
     REAL_WEIGHTS,
     ModelSpec,
@@ -157,11 +158,13 @@ class LlamaCppCache:
             self._batch = _internals.LlamaBatch(n_tokens=size, embd=0, n_seq_max=1, verbose=False)
         return self._batch
 
-    def _forward(self, token_ids: Sequence[int], all_logits: bool) -> torch.Tensor:
-        # batch: N tokens at positions length..length+N-1; returns logits [rows, V]
+    def _forward(self, token_ids: Sequence[int], all_logits: bool, tail: int | None = None) -> torch.Tensor:
+        # batch: N tokens at positions length..length+N-1; returns logits [rows, V]: the last `tail`
+        # rows (all N when all_logits and tail is None, else 1)
         ids = [int(t) for t in token_ids]
         if not ids:
             raise ValueError("empty span: nothing to append")
+        rows = tail_rows(len(ids), tail) if all_logits else 1
         self._check_owner()
         if self.length + len(ids) > self._handle.n_ctx:
             raise ValueError(f"the context is full: {self.length} + {len(ids)} > {self._handle.n_ctx} tokens")
@@ -174,10 +177,8 @@ class LlamaCppCache:
             raw.pos[i] = start + i
             raw.n_seq_id[i] = 1
             raw.seq_id[i][0] = 0
-            raw.logits[i] = all_logits
-        raw.logits[len(ids) - 1] = True
+            raw.logits[i] = i >= len(ids) - rows
         self._ctx.decode(batch)  # RuntimeError on failure; the cache then holds nothing new
-        rows = len(ids) if all_logits else 1
         out = np.ctypeslib.as_array(self._ctx.get_logits(), shape=(rows, self._n_vocab))
         logits = torch.from_numpy(out.copy())
         self.forwards += 1
@@ -211,9 +212,10 @@ class LlamaCppCache:
         """Append N tokens in one batched eval; the logits [V] after the last of them."""
         return self._forward(token_ids, False)[0]
 
-    def append_span_all(self, token_ids: Sequence[int]) -> torch.Tensor:
-        """Append N tokens in one batched eval; logits [N, V], row i predicting the token after token i."""
-        return self._forward(token_ids, True)
+    def append_span_all(self, token_ids: Sequence[int], rows: int | None = None) -> torch.Tensor:
+        """Append N tokens in one batched eval; logits [N, V], row i predicting the token after token i
+        (`rows`: only the last `rows` of them, [rows, V])."""
+        return self._forward(token_ids, True, rows)
 
     def rollback(self, k: int) -> None:
         """Drop the last k positions (k = 0 is a no-op)."""
