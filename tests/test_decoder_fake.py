@@ -77,11 +77,34 @@ def test_tag_drafts_save_the_openings_steps_and_change_nothing_else(grammar):
     assert (drafted.program, drafted.output, drafted.stop_reason) == (plain.program, plain.output, "eos")
     assert "".join(e.text for e in events if e.kind == "copy") == "one\ntwo\nfour\n"
     # After the copy, '<gen>' rides on the copy's forward ('<' and 'g' were choices: 2 steps
-    # saved, 'en>' forced); after the gen, '\n<copy lines="' on the close's forward ('\n', '<',
-    # 'c': 3 saved). After the last copy the model ends: its drafted '<gen>' is rolled back.
+    # saved, 'en>' forced); after the gen, '\n<copy lines="4-' on the close's forward ('\n', '<',
+    # 'c': 3 saved; the gen wrote 1 line after a copy to line 2, so line 3 was most likely
+    # replaced and 4 is drafted: accepted, but what it forces ('-4"/>' and the copy) still needs
+    # a forward, so it saves none). After the last copy the model ends: '<gen>' is rolled back.
     assert drafted.metrics.tag_drafts_accepted == 5
     assert drafted.metrics.forwards == plain.metrics.forwards - 5
     assert drafted.metrics.program_tokens == plain.metrics.program_tokens
+
+
+def test_the_next_copy_is_predicted_after_the_lines_a_gen_replaced():
+    from backend.runtime.hybrid import next_copy_start
+
+    assert next_copy_start([CopyLines(1, 2), Gen("TWO\n")], 4) == 4
+    assert next_copy_start([Gen("a\nb\n")], 9) == 3  # no copy before: from line 1
+    assert next_copy_start([CopyLines(1, 3), Gen("x\n")], 4) is None  # past the input: the end
+    assert next_copy_start([CopyLines(1, 3)], 9) is None  # after a copy a gen is drafted instead
+
+
+def test_a_wrong_line_draft_takes_the_models_own_line(grammar):
+    # The gen inserts a line (replaces none): the drafted '\n<copy lines="3-' is refused at the 3
+    # (the model writes 2); the output is the model's, and the opening before it was still saved.
+    ops = [CopyLines(1, 1), Gen("ONE AND A HALF\n"), CopyLines(2, 4)]
+    _, plain = decode(FakeModel(context_text(ops, SOURCE)), grammar, tag_drafts=False)
+    _, drafted = decode(FakeModel(context_text(ops, SOURCE)), grammar)
+    assert drafted.output == plain.output == "one\nONE AND A HALF\ntwo\nthree\nfour\n"
+    assert drafted.program == plain.program and drafted.stop_reason == "eos"
+    assert drafted.metrics.tag_drafts_accepted == 2 + 3  # '<', 'g'; then '\n', '<', 'c'
+    assert drafted.metrics.forwards == plain.metrics.forwards - 5
 
 
 def test_a_rejected_tag_draft_takes_the_models_own_choice(grammar):

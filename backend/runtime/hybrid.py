@@ -2,10 +2,11 @@
 in hybrid copy-as-decode, prompt-lookup drafts inside a <gen>.
 
 Tag drafts. A program alternates copies and gens, so the next item's opening is predictable: after
-a copy comes `<gen>` (or the end), after a gen `\\n<copy lines="`. Those tokens are appended to the
-forward that enters the copied span (or the gen's close): a span forward is wide anyway, so the
-few extra positions cost almost nothing, and every accepted one is a decode step saved ('<' and
-'copy' / 'gen' are choices the model makes, one step each without a draft).
+a copy comes `<gen>` (or the end), after a gen `\\n<copy lines="I-` with I the line after those the
+gen most likely replaced. Those tokens are appended to the forward that enters the copied span (or
+the gen's close): a span forward is wide anyway, so the few extra positions cost little, and every
+accepted one is a decode step saved ('<', 'copy' / 'gen' and each digit are choices the model
+makes, one step each without a draft).
 
 Gen drafts (hybrid). A changed line usually shares most of its tokens with the line it replaces,
 and the input is in the prompt: so while a gen is open, the tokens that followed the last n-gram's
@@ -30,7 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from backend.core.char_grammar import COPY_OPEN, GEN_OPEN
-from backend.core.program import CopyLines
+from backend.core.lines import line_count
+from backend.core.program import CopyLines, Gen, Op
 from backend.runtime.program_text import encode_text
 from backend.runtime.prompt_lookup import PromptLookupSetting, prompt_lookup_candidates
 
@@ -43,7 +45,8 @@ class Drafting:
     `tags` False: no tag drafts (for measuring what they save). Counts: `accepted` / `drafted` gen
     draft tokens kept / checked; `tag_accepted` / `tag_drafted` the same for tag drafts, where
     `tag_accepted` counts only the tokens the decoder chose (each a decode step saved), not the
-    forced ones jump-forward would have entered anyway."""
+    forced ones jump-forward would have entered anyway, and not one whose forced text (and copy)
+    still needs a forward of its own: so each counted token is exactly one forward saved."""
 
     gen_setting: PromptLookupSetting | None
     next_token: Callable[[Any, Any], "int | None"]
@@ -83,11 +86,14 @@ class Drafting:
 
     def _opening(self, run: Any) -> list[int]:
         """The predicted next item's opening tokens: `<gen>` after a copy; after a gen
-        `\\n<copy lines="` (or `<copy lines="` when its newline is already read)."""
+        `\\n<copy lines="I-` (without the newline when it is already read), I the line after the
+        lines the gen most likely replaced (`next_copy_start`), or without `I-` when none fits."""
         if isinstance(run.ops[-1], CopyLines):
             text = GEN_OPEN
         else:
             text = ("\n" if run.fsm.item_just_closed(run.state) else "") + COPY_OPEN
+            start = next_copy_start(run.ops, run.state.n_lines)
+            text += f"{start}-" if start is not None else ""
         if text not in self._openings:
             self._openings[text] = encode_text(run.tokenizer, text)
         return self._openings[text]
@@ -116,17 +122,28 @@ class Drafting:
             events += self.take_token(run, token)
             del run.pending[at]  # the draft is in the cache already
             used += 1
-            if source == "tag":
-                self.tag_accepted += 1
-            else:
-                self.accepted += 1
             events += self.jump_forward(run)
             while run.pending and used < len(drafts) and run.pending[0] == drafts[used]:
                 del run.pending[0]  # forced text the drafts already entered
                 used += 1
+            if source == "gen":
+                self.accepted += 1
+            elif not run.pending:  # a step saved, unless its forced text still needs a forward
+                self.tag_accepted += 1
             leaving_gen = source == "gen" and run.state.mode != "gen"
             if run.pending or run.stop_reason is not None or leaving_gen:
                 run.cache.rollback(len(drafts) - used)
                 done = run.pending or run.stop_reason is not None
                 return (None if done else rows[used]), events
         return rows[-1], events
+
+
+def next_copy_start(ops: list[Op], n_lines: int) -> int | None:
+    """After a gen: the first line of the copy most likely next, for a gen that replaced as many
+    input lines as it wrote (a changed line, a renamed block): the previous copy's end + 1 + the
+    gen's line count. None when that is past the input or the last op is not a gen."""
+    if not ops or not isinstance(ops[-1], Gen):
+        return None
+    copied_to = next((op.end for op in reversed(ops) if isinstance(op, CopyLines)), 0)
+    start = copied_to + 1 + line_count(ops[-1].text)
+    return start if start <= n_lines else None
