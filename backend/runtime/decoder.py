@@ -249,7 +249,7 @@ def decode_program(
     `grammar`: the model's Grammar (the engine passes the one it owns; built here when None, ~0.3 s).
     `hybrid` (a prompt-lookup setting): inside gens, drafts checked in the same forward as the
     pending token (backend/runtime/hybrid.py); the output is unchanged, forwards fewer.
-    `tag_drafts`: the next item's predicted opening (`<gen>` after a copy, `\n<copy lines="` after
+    `tag_drafts`: the next item's predicted opening (`<gen>` after a copy, `\n<copy lines="I-` after
     a gen) is checked in the forward that enters the copy or the gen's close (hybrid.py); False
     decodes every chosen tag token in its own step (to measure what the drafts save).
     `prompt_ids`: the program prompt already tokenised (default: `program_prompt_ids` in the

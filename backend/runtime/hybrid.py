@@ -101,14 +101,13 @@ class Drafting:
     def forward(self, run: Any, source: str, drafts: list[int]) -> tuple[Any, list[Any]]:
         """`pending` + drafts in one forward. Returns (logits [V] to choose the next token from,
         or None when a non-draft choice became pending or the run stopped; the events)."""
-        pending = len(run.pending)
-        rows = run.cache.append_span_all(run.pending + drafts, rows=len(drafts) + 1)  # [k + 1, V]
+        # rows [k + 1, V]: rows[i] predicts drafts[i], rows[-1] the token after the last draft
+        rows = run.cache.append_span_all(run.pending + drafts, rows=len(drafts) + 1)
         run.pending.clear()
         if source == "tag":
             self.tag_drafted += len(drafts)
         else:
             self.drafted += len(drafts)
-        del pending  # rows[i] predicts drafts[i]; rows[-1] the token after the last draft
         events: list[Any] = []
         used = 0  # drafts confirmed so far (in the cache and in the program)
         while used < len(drafts):
