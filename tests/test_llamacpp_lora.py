@@ -90,3 +90,63 @@ def test_unsupported_adapters__clear_errors(adapter: dict, tmp_path: Path, confi
 def test_not_an_adapter_directory(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="not a peft adapter directory"):
         lora_gguf_from_peft(tmp_path, gguf_path(get_spec("smollm2-135m")), tmp_path / "x.gguf")
+
+
+@pytest.mark.parametrize("qtype", ["Q8_0", "F32"])
+def test_merged_gguf__llama_cpp_runs_the_merged_weights_like_peft(adapter: dict, tmp_path: Path, qtype: str) -> None:
+    """The adapter merged into a copy of the base GGUF lands where PyTorch + peft lands (F32
+    merged weights closer than the run-time LoRA path, which rounds activations to 8 bits)."""
+    from backend.runtime.llamacpp import load_llamacpp
+    from backend.runtime.merged_gguf import merged_gguf_from_peft
+
+    base_gguf = gguf_path(get_spec("smollm2-135m"))
+    out = merged_gguf_from_peft(adapter["dir"], base_gguf, tmp_path / f"merged-{qtype}.gguf", qtype)
+    merged = load_llamacpp("smollm2-135m", gguf=out, n_ctx=256, threads=1)
+    try:
+        llama_merged = merged.new_cache().append_span(adapter["ids"])
+    finally:
+        merged.close()
+    moved = float((adapter["lora"] - adapter["base"]).abs().max())
+    off = float((llama_merged - adapter["lora"]).abs().max())
+    assert moved > 2.0 and off < moved / 4
+    assert int(llama_merged.argmax()) == int(adapter["lora"].argmax())
+
+
+def test_merged_gguf__only_adapted_weights_change(adapter: dict, tmp_path: Path) -> None:
+    import gguf
+
+    from backend.runtime.lora_gguf import _Header
+    from backend.runtime.merged_gguf import merged_gguf_from_peft
+
+    base_gguf = gguf_path(get_spec("smollm2-135m"))
+    out = merged_gguf_from_peft(adapter["dir"], base_gguf, tmp_path / "merged.gguf")
+    base, merged = _Header(base_gguf), _Header(out)
+    assert merged.fields == base.fields and merged.shapes == base.shapes
+    assert base_gguf.read_bytes()[:base.kv_end] == out.read_bytes()[:merged.kv_end]
+    types = {name: kind for name, _shape, kind, _offset in merged.tensors}
+    adapted = [name for name in types if any(f".{part}." in name for part in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"))]
+    assert len(adapted) == 7 * base.fields["llama.block_count"]
+    assert all(types[name] == gguf.GGMLQuantizationType.Q8_0 for name in adapted)
+    kept = {name: kind for name, _shape, kind, _offset in base.tensors if name not in adapted}
+    assert kept and all(types[name] == kind for name, kind in kept.items())
+    assert all(offset % merged.alignment == 0 for _name, _shape, _kind, offset in merged.tensors)
+
+
+def test_merged_gguf__unknown_type_and_bad_adapter_refused(adapter: dict, tmp_path: Path) -> None:
+    from backend.runtime.merged_gguf import merged_gguf_from_peft
+
+    base_gguf = gguf_path(get_spec("smollm2-135m"))
+    with pytest.raises(ValueError, match="unknown GGUF tensor type"):
+        merged_gguf_from_peft(adapter["dir"], base_gguf, tmp_path / "x.gguf", "Q9_9")
+    with pytest.raises(ValueError, match="not a peft adapter directory"):
+        merged_gguf_from_peft(tmp_path, base_gguf, tmp_path / "x.gguf")
+    assert not (tmp_path / "x.gguf").exists()
+
+
+def test_adapter_cost__llama_cpp_lora_and_merged_step_times() -> None:
+    """`adapter-cost`'s llama.cpp comparison times both forms of the shipped adapter (tiny run)."""
+    from backend.training.adapter_cost import llamacpp_merged_vs_lora
+
+    costs = llamacpp_merged_vs_lora("smollm2-135m-cad", contexts=(32,), steps=2, warmup=1, rounds=1)
+    assert set(costs) == {"llamacpp_lora_step_seconds_32", "llamacpp_merged_step_seconds_32", "llamacpp_merged_speedup_32"}
+    assert all(value > 0 for value in costs.values())

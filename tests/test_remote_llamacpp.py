@@ -118,14 +118,15 @@ def test_unreachable_server__error_in_the_result_not_a_crash() -> None:
     assert result.stop_reason == "error" and "cannot reach the llamacpp server" in result.error
 
 
-def test_serve_command__adapter_entries_get_their_lora_gguf() -> None:
+def test_serve_command__adapter_entries_get_their_merged_gguf() -> None:
     from backend.cli.serve_command import server_command
 
     base = server_command("smollm2-135m", "127.0.0.1", 8080, None)
     assert base[1:4] == ["-m", "llama_cpp.server", "--model"] and base[4] == str(gguf_path(get_spec("smollm2-135m")))
     assert "--lora_path" not in base and base[base.index("--n_ctx") + 1] == "8192"
     adapter = server_command("smollm2-135m-cad", "127.0.0.1", 8080, 2048)
-    assert adapter[4] == base[4] and adapter[adapter.index("--lora_path") + 1].endswith(".gguf")
+    # the adapter merged into a copy of the base GGUF: one model file, no run-time LoRA
+    assert adapter[4] != base[4] and adapter[4].endswith("-merged-Q8_0.gguf") and "--lora_path" not in adapter
     assert adapter[adapter.index("--model_alias") + 1] == "smollm2-135m-cad"
     from backend.__main__ import main
 

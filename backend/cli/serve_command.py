@@ -1,8 +1,8 @@
 """`serve-llamacpp [--model M] [--host H] [--port P] [--n-ctx N] [--print]`: llama.cpp's OpenAI-compatible
 server (llama-cpp-python's `llama_cpp.server`) on a models.yaml entry, the trained adapter included.
 
-An adapter entry is served as its base GGUF plus the adapter converted once to a LoRA GGUF (the
-same files the in-process llama.cpp runtime loads), so `--engine-url http://H:P --engine-kind
+An adapter entry is served as its base GGUF with the adapter merged in, converted once (the same
+file the in-process llama.cpp runtime loads), so `--engine-url http://H:P --engine-kind
 llamacpp --model M` decodes with the same weights remotely. `--print` prints the command instead
 of running it (to run it under a process manager). The process replaces this one (exec).
 """

@@ -66,7 +66,7 @@ def register(subparsers: Any) -> None:
     evaluate.add_argument("--max-new-tokens", type=int, default=768)
     evaluate.add_argument("--data-dir", default=None)
     evaluate.add_argument("--out", default=None, help="also write per-case results (JSONL) here")
-    _add_runtime_flags(evaluate, remote=True)  # llama.cpp: the adapter as a LoRA GGUF (same exact match?)
+    _add_runtime_flags(evaluate, remote=True)  # llama.cpp: the adapter merged into a copy of the base GGUF
     evaluate.set_defaults(handler=cmd_evaluate)
 
     cost = subparsers.add_parser("adapter-cost", help="decode step merged vs unmerged; zero- vs few-shot prompt")
@@ -165,13 +165,27 @@ def cmd_adapter_cost(args: argparse.Namespace) -> int:
             raise UsageError(f"{args.model} is not an adapter entry of models.yaml")
         cases = load_corpus(args.corpus, args.data_dir)[: args.limit]
         steps = merged_vs_unmerged(args.model)
+        llama_steps = _llamacpp_costs(args.model)
         prompts = prompt_styles(load_model(args.model), cases)
     except (ModelUnavailable, CorpusError) as error:
         raise UsageError(str(error)) from None
-    document = {"model": args.model, "cases": len(cases), **steps, **prompts, "machine": machine_info()}
+    document = {"model": args.model, "cases": len(cases), **steps, **llama_steps, **prompts, "machine": machine_info()}
     rows = [[k, v] for k, v in document.items() if k not in ("machine", "model")]
     emit(format_table(["measure", "value"], rows), document)
     return 0
+
+
+def _llamacpp_costs(model: str) -> dict[str, Any]:
+    """The llama.cpp LoRA-vs-merged step times, or why there are none (llama-cpp-python missing)."""
+    from backend.runtime.llamacpp import require_llama_cpp
+    from backend.runtime.models import ModelUnavailable
+    from backend.training.adapter_cost import llamacpp_merged_vs_lora
+
+    try:
+        require_llama_cpp()
+    except ModelUnavailable as error:  # says how to install it
+        return {"llamacpp": f"not measured: {error}"}
+    return llamacpp_merged_vs_lora(model)
 
 
 def _log(message: str) -> None:

@@ -60,12 +60,18 @@ class _Header:
         for _ in range(n_kv):
             key = self._string()
             self.fields[key] = self._value(self._take("<I")[0])
+        self.version = _version
+        self.kv_end = self._at  # the metadata section is bytes 24..kv_end (merged_gguf copies it)
         self.shapes: dict[str, tuple[int, ...]] = {}  # gguf order: (in, out) for a matrix
+        self.tensors: list[tuple[str, tuple[int, ...], int, int]] = []  # (name, shape, type, offset)
         for _ in range(n_tensors):
             name = self._string()
             n_dims = self._take("<I")[0]
             self.shapes[name] = tuple(self._take(f"<{n_dims}Q"))
-            self._take("<IQ")  # type, offset
+            kind, offset = self._take("<IQ")
+            self.tensors.append((name, self.shapes[name], kind, offset))
+        self.alignment = int(self.fields.get("general.alignment", 32))
+        self.data_start = -(-self._at // self.alignment) * self.alignment  # tensor offsets count from here
         self._data.close()
 
     def _take(self, fmt: str) -> tuple:
@@ -92,8 +98,8 @@ class _Header:
         return self._take("<" + _SCALARS[kind])[0]
 
 
-def _base_facts(base_gguf: Path) -> dict[str, Any]:
-    header = _Header(base_gguf)
+def _base_facts(base_gguf: Path, header: "_Header | None" = None) -> dict[str, Any]:
+    header = header if header is not None else _Header(base_gguf)
     arch = header.fields["general.architecture"]
     return {
         "arch": arch,
@@ -201,7 +207,7 @@ def lora_gguf_from_peft(
     if not converted:
         raise ValueError(f"{adapter_dir}: the adapter holds no LoRA weights")
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_path.with_name(f".{out_path.name}.tmp")
+    tmp = out_path.with_name(f".{out_path.name}.{os.getpid()}.tmp")  # unique: two processes may convert at once
     writer = gguf.GGUFWriter(str(tmp), facts["arch"])
     writer.add_type(gguf.GGUFType.ADAPTER)
     writer.add_string(gguf.Keys.Adapter.TYPE, "lora")

@@ -60,7 +60,7 @@ def load_runtime(model: str | None = None, runtime: str = DEFAULT_RUNTIME, *, th
     """The models.yaml entry `model` (default: the default entry) loaded by `runtime`.
 
     torch -> `models.LoadedModel`; llama.cpp -> `llamacpp.LlamaCppModel` (GGUF entries; a LoRA
-    adapter entry is converted once to a llama.cpp LoRA GGUF). Raises ValueError for an unknown
+    adapter entry is merged once into a copy of its base GGUF). Raises ValueError for an unknown
     runtime, UnknownModel / ModelUnavailable like `models.load_model`.
     """
     from backend.runtime.models import default_model_name

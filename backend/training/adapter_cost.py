@@ -3,6 +3,8 @@
 - Decode step: the base model with the LoRA adapter merged into its weights against the same
   adapter kept as separate low-rank layers (peft, unmerged): median seconds of one-token steps
   after a `context`-token prefill, after warm-up.
+- The same on llama.cpp: the adapter as a run-time LoRA GGUF against merged into a copy of the
+  base GGUF (`backend.runtime.merged_gguf`, what an adapter entry loads there).
 - Prompt: the zero-shot prompt the trained model uses against the few-shot prompt an untrained
   model needs, on the same cases: tokens and median prefill seconds.
 
@@ -50,6 +52,46 @@ def merged_vs_unmerged(spec_name: str, *, context: int = 512, steps: int = 15, w
     merged_seconds = _step_seconds(merged, context, steps, warmup)
     return {"unmerged_step_seconds": unmerged_seconds, "merged_step_seconds": merged_seconds,
             "merged_speedup": unmerged_seconds / merged_seconds}
+
+
+def llamacpp_merged_vs_lora(spec_name: str, *, contexts: tuple[int, ...] = (512, 1500), steps: int = 12,
+                            warmup: int = 3, rounds: int = 3) -> dict[str, float]:
+    """On llama.cpp: median decode-step seconds of the adapter as a run-time LoRA GGUF and merged
+    into a copy of the base GGUF (what an adapter entry loads), after a prefill of each context
+    length; the two models alternate, `rounds` times, and each figure is the median of the rounds."""
+    from backend.runtime.llamacpp import gguf_files, load_llamacpp
+    from backend.runtime.models import get_spec
+
+    spec = get_spec(spec_name)
+    base, lora = gguf_files(spec, merge=False)
+    merged, _ = gguf_files(spec, merge=True)
+    n_ctx = max(contexts) + warmup + steps + 8
+    models = {"lora": load_llamacpp(spec, gguf=base, lora=lora, n_ctx=n_ctx),
+              "merged": load_llamacpp(spec, gguf=merged, n_ctx=n_ctx)}
+    ids = [(i * 7919) % 40000 + 100 for i in range(max(contexts))]
+    out: dict[str, float] = {}
+    try:
+        for context in contexts:
+            medians: dict[str, list[float]] = {name: [] for name in models}
+            for _ in range(rounds):
+                for name, model in models.items():
+                    medians[name].append(_llamacpp_step_seconds(model, ids[:context], steps, warmup))
+            for name in models:
+                out[f"llamacpp_{name}_step_seconds_{context}"] = statistics.median(medians[name])
+            out[f"llamacpp_merged_speedup_{context}"] = (out[f"llamacpp_lora_step_seconds_{context}"]
+                                                         / out[f"llamacpp_merged_step_seconds_{context}"])
+    finally:
+        for model in models.values():
+            model.close()
+    return out
+
+
+def _llamacpp_step_seconds(model: Any, prompt: list[int], steps: int, warmup: int) -> float:
+    cache = model.new_cache()
+    cache.prefill(prompt)
+    for index in range(warmup + steps):
+        cache.step(prompt[index % len(prompt)])
+    return statistics.median(cache.step_seconds[warmup:])
 
 
 def prompt_styles(loaded: Any, cases: list[Any], *, repeats: int = 3) -> dict[str, float]:
