@@ -260,8 +260,8 @@ def _attach_lora(llama_cpp: Any, llama_model: Any, context: Any, lora: Path, sca
 def gguf_files(spec: ModelSpec, *, merge: bool = True) -> tuple[Path, Path | None]:
     """(model GGUF, LoRA GGUF or None) of an entry: a gguf-package entry is its file; an adapter
     entry is, by default, its base's file with the peft adapter merged in (`merged_gguf`, Q8_0
-    merged weights: against llama.cpp's run-time LoRA over Q4_1, a decode step 1.16x and a prefill
-    1.9x faster on a 2-core CPU, with logits as close to the PyTorch model the adapter was trained
+    merged weights: against llama.cpp's run-time LoRA over Q4_1, copy-as-decode's decode 1.36x and
+    the prompt prefill 1.76x faster on a 2-core CPU, with logits as close to the PyTorch model the adapter was trained
     on; docs/results.md), or with `merge=False` the base's file plus the adapter as a LoRA GGUF. Both
     are converted once and cached under the user cache dir, keyed by the adapter files' contents.
     ModelUnavailable for other kinds."""

@@ -43,7 +43,9 @@ _STRING, _ARRAY = 8, 9
 class _Header:
     """A GGUF file's metadata (scalars and strings; arrays skipped) and tensor shapes, read
     straight from its header: gguf.GGUFReader parses every vocabulary entry into numpy views,
-    which takes ~67 s for SmolLM2's 49k tokens + merges on a loaded 2-core machine."""
+    which takes ~67 s for SmolLM2's 49k tokens + merges on a loaded 2-core machine. Also the
+    layout `merged_gguf` needs to copy the file: where the metadata ends, each tensor's (name,
+    shape, type, offset) and where the tensor data starts."""
 
     def __init__(self, path: Path) -> None:
         import mmap
@@ -60,7 +62,6 @@ class _Header:
         for _ in range(n_kv):
             key = self._string()
             self.fields[key] = self._value(self._take("<I")[0])
-        self.version = _version
         self.kv_end = self._at  # the metadata section is bytes 24..kv_end (merged_gguf copies it)
         self.shapes: dict[str, tuple[int, ...]] = {}  # gguf order: (in, out) for a matrix
         self.tensors: list[tuple[str, tuple[int, ...], int, int]] = []  # (name, shape, type, offset)

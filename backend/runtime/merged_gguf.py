@@ -3,14 +3,15 @@
 llama.cpp applies a LoRA GGUF as extra graph nodes in every adapted matmul (A x, B (A x), scale,
 add: 7 modules x 30 layers for SmolLM2). Merging removes them: W' = W + (alpha / r) B A, written
 back quantised. Measured on a 2-core AVX2 CPU against the LoRA GGUF over the Q4_1 base
-(docs/results.md): a decode step 1.16x faster, a 128-token forward 1.6x, a 1,000-token prefill
-1.9x (Q8_0 has llama.cpp's tiled CPU matmul for batches; Q4_1 falls back to row-by-row dots).
+(docs/results.md): copy-as-decode's decode 1.36x and the prompt prefill 1.76x faster end to end;
+single forwards: a decode step 1.16x, a 128-token forward 1.6x, a 1,000-token prefill 1.9x
+(Q8_0 has llama.cpp's tiled CPU matmul for batches; Q4_1 falls back to row-by-row dots).
 
 The file is the base GGUF byte for byte (header, metadata, every tensor the adapter does not
 touch) except the adapted weights, which are de-quantised, merged and quantised again as `qtype`
-(Q8_0 by default: re-quantising the merged weight as Q4_1 would add a second 4-bit rounding on
-top of the one the adapter was trained against; Q8_0 keeps the merge within ~0.4% of each
-block's range). The metadata is copied as raw bytes, so nothing re-parses the 49k-entry
+(Q8_0 by default: re-quantising the merged weight as Q4_1 adds a second 4-bit rounding on top of
+the one the adapter was trained against, which moved the logits as far as dropping the adapter;
+Q8_0's rounding is 16x finer). The metadata is copied as raw bytes, so nothing re-parses the 49k-entry
 vocabulary (gguf.GGUFReader would). The rows of q/k B are permuted as in `lora_gguf`.
 """
 
