@@ -144,6 +144,14 @@ def _check_config(config: dict[str, Any]) -> None:
         raise ValueError("fan_in_fan_out adapters (GPT-2 Conv1D) are not supported")
 
 
+def lora_alpha(config: dict[str, Any]) -> float:
+    """The alpha that gives peft's scale as llama.cpp's `alpha / r`: peft scales by alpha / r, or by
+    alpha / sqrt(r) for rsLoRA adapters (so alpha * sqrt(r) there)."""
+    rank = int(config["r"])
+    alpha = float(config.get("lora_alpha", rank))
+    return alpha * math.sqrt(rank) if config.get("use_rslora") else alpha
+
+
 def _module_of(key: str) -> tuple[str, str] | None:
     """('model.layers.0.self_attn.q_proj', 'a'|'b') for a peft LoRA weight key, else None."""
     for marker, part in ((".lora_A.", "a"), (".lora_B.", "b")):
@@ -199,10 +207,7 @@ def lora_gguf_from_peft(
     adapter_dir, base_gguf, out_path = Path(adapter_dir), Path(base_gguf), Path(out_path)
     config, tensors = _read_adapter(adapter_dir)
     _check_config(config)
-    rank = int(config["r"])
-    alpha = float(config.get("lora_alpha", rank))
-    if config.get("use_rslora"):
-        alpha *= math.sqrt(rank)  # peft scales by alpha / sqrt(r); llama.cpp by alpha / r
+    alpha = lora_alpha(config)
     facts = _base_facts(base_gguf)
     converted = adapter_tensors(config, tensors, facts)
     if not converted:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from backend.runtime.lora_gguf import _base_facts, _check_config, _Header, _read_adapter, adapter_tensors
+from backend.runtime.lora_gguf import _base_facts, _check_config, _Header, _read_adapter, adapter_tensors, lora_alpha
 
 DEFAULT_MERGED_TYPE = "Q8_0"
 
@@ -43,8 +43,7 @@ def merged_deltas(adapter_dir: Path, facts: dict) -> dict[str, np.ndarray]:
     """GGUF weight name -> the float32 update (alpha / r) B A, shaped [out, in] like the weight."""
     config, tensors = _read_adapter(adapter_dir)
     _check_config(config)
-    rank = int(config["r"])
-    scale = float(config.get("lora_alpha", rank)) / (math.sqrt(rank) if config.get("use_rslora") else rank)
+    scale = lora_alpha(config) / int(config["r"])  # peft's scale, rsLoRA included
     converted = adapter_tensors(config, tensors, facts)
     if not converted:
         raise ValueError(f"{adapter_dir}: the adapter holds no LoRA weights")
