@@ -78,11 +78,11 @@ def _check(args: argparse.Namespace) -> str | None:
             return f"--tuned-lookup: at most {MAX_NGRAM}-gram/{MAX_DRAFTS}"
     if bool(args.engine_url) != bool(args.engine_kind):
         return "--engine-url and --engine-kind go together"
-    if args.model and not (os.path.isfile(os.path.join(os.path.expanduser(args.model), "config.json"))):
-        from backend.runtime.models import UnknownModel, get_spec
+    if args.model:
+        from backend.runtime.models import UnknownModel, spec_for
 
         try:
-            get_spec(args.model)
+            spec_for(args.model)  # an entry, a save_pretrained directory or an adapter `train` wrote
         except UnknownModel as error:
             return str(error)
     return None

@@ -79,14 +79,14 @@ class ModelSlots:
 
     def choices(self) -> list[tuple[str, str]]:
         """(label, name) for the picker: usable entries of models.yaml, plus the configured model."""
-        from backend.runtime.models import get_spec, usable_models
+        from backend.runtime.models import spec_for, usable_models
 
         specs = usable_models(include_random=self.include_random)
         choices = [(s.label, s.name) for s in specs]
         if self.default not in [s.name for s in specs]:
             try:
-                choices.insert(0, (get_spec(self.default).label, self.default))
-            except Exception:  # noqa: BLE001 - an ad-hoc directory: show its name
+                choices.insert(0, (spec_for(self.default).label, self.default))
+            except Exception:  # noqa: BLE001 - a directory it cannot describe: show its name
                 choices.insert(0, (self.default, self.default))
         return choices
 

@@ -120,3 +120,30 @@ def test_init_adapter__warm_start_continues_from_the_saved_adapter(data_file, tm
     assert warm["curve"][0]["loss"] < cold
     with pytest.raises(ValueError, match="no adapter_model.safetensors"):
         train(replace(_config(data_file, tmp_path / "bad"), init_adapter=str(tmp_path / "missing")))
+
+
+@pytest.mark.slow
+def test_a_directory_train_wrote_is_a_model__base_plus_adapter_with_the_trained_prompt(data_file, tmp_path):
+    """`--model var/train-run5` evaluates a run before it is registered: the same weights as an
+    explicit adapter entry on the base named in training.json, and the zero-shot prompt."""
+    import torch
+
+    from backend.runtime.models import ModelSource, UnknownModel, get_spec, load_model, merge_adapter, spec_for
+
+    run = tmp_path / "run"
+    train(replace(_config(data_file, run), max_steps=2))
+    spec = spec_for(str(run))
+    assert (spec.source.kind, spec.source.base, spec.prompt) == ("adapter", "tiny-random", "zero-shot")
+    assert spec.adapter_dir == run.resolve() and spec.vocabulary == get_spec("tiny-random").vocabulary
+    explicit = replace(get_spec("tiny-random"), name="tiny-random-run",
+                       source=ModelSource(kind="adapter", base="tiny-random", path=str(run)))
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.no_grad():  # tiny-random has random (seeded) weights, so merge onto a fresh load each time
+        bare = load_model("tiny-random", threads=1).model(ids).logits
+        by_path = merge_adapter(load_model("tiny-random", threads=1).model, spec)(ids).logits
+        by_entry = merge_adapter(load_model("tiny-random", threads=1).model, explicit)(ids).logits
+    assert torch.equal(by_path, by_entry) and not torch.allclose(by_path, bare)
+
+    (run / "training.json").unlink()
+    with pytest.raises(UnknownModel, match="training.json"):
+        spec_for(str(run))

@@ -31,10 +31,10 @@ def register(subparsers: Any) -> None:
 def server_command(model: str | None, host: str, port: int, n_ctx: int | None) -> list[str]:
     """The `python -m llama_cpp.server ...` argv for the entry (UsageError if it has no GGUF)."""
     from backend.runtime.llamacpp import gguf_files
-    from backend.runtime.models import ModelUnavailable, UnknownModel, default_model_name, get_spec
+    from backend.runtime.models import ModelUnavailable, UnknownModel, default_model_name, spec_for
 
     try:
-        spec = get_spec(model or default_model_name())
+        spec = spec_for(model or default_model_name())
         base, lora = gguf_files(spec)
     except (ModelUnavailable, UnknownModel) as error:
         raise UsageError(str(error)) from None

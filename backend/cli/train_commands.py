@@ -157,12 +157,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def cmd_adapter_cost(args: argparse.Namespace) -> int:
     from backend.data.corpora import CorpusError, load_corpus
     from backend.measure.machine import machine_info
-    from backend.runtime.models import ModelUnavailable, get_spec, load_model
+    from backend.runtime.models import ModelUnavailable, load_model, spec_for
     from backend.training.adapter_cost import merged_vs_unmerged, prompt_styles
 
     try:
-        if get_spec(args.model).source.kind != "adapter":
-            raise UsageError(f"{args.model} is not an adapter entry of models.yaml")
+        if spec_for(args.model).source.kind != "adapter":
+            raise UsageError(f"{args.model} is not an adapter (an adapter entry of models.yaml or a directory `train` wrote)")
         cases = load_corpus(args.corpus, args.data_dir)[: args.limit]
         steps = merged_vs_unmerged(args.model)
         llama_steps = _llamacpp_costs(args.model)

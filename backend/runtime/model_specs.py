@@ -8,7 +8,9 @@ weights at load). Listing specs imports neither torch nor transformers.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -180,6 +182,8 @@ def spec_for(name_or_spec: str | ModelSpec) -> ModelSpec:
     if name_or_spec in model_specs():
         return get_spec(name_or_spec)
     folder = Path(name_or_spec).expanduser()
+    if (folder / "adapter_config.json").is_file():  # an adapter `train` wrote, not yet in models.yaml
+        return trained_adapter_spec(folder)
     if (folder / "config.json").is_file():  # an ad-hoc local directory
         return ModelSpec(
             name=folder.name, label=str(folder), source=ModelSource(kind="local", path=str(folder)),
@@ -187,3 +191,23 @@ def spec_for(name_or_spec: str | ModelSpec) -> ModelSpec:
             dtype=MappingProxyType({"cuda": "bfloat16", "cpu": "float32"}),
         )
     return get_spec(name_or_spec)  # raises UnknownModel
+
+
+def trained_adapter_spec(folder: Path) -> ModelSpec:
+    """An adapter directory written by `python -m backend train` as a spec: its base entry (named in
+    the directory's training.json) with that adapter merged in and the zero-shot prompt it was
+    trained on; so `--model var/train-run5` evaluates a run before it is registered in models.yaml.
+    UnknownModel when the directory does not say its base."""
+    card = folder / "training.json"
+    try:
+        base_name = json.loads(card.read_text(encoding="utf-8"))["config"]["base_model"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise UnknownModel(f"{folder}: an adapter directory needs the training.json that `train` writes "
+                           "(it names the base model); or register the adapter in models.yaml") from None
+    base = get_spec(str(base_name))
+    if base.source.kind == "adapter":  # trained from a registered adapter entry's own base
+        base = get_spec(str(base.source.base))
+    path = folder.resolve()
+    return dataclasses.replace(base, name=str(folder), label=f"{base.label} + adapter {path}",
+                               source=ModelSource(kind="adapter", base=base.name, path=str(path)),
+                               is_default=False, prompt="zero-shot")

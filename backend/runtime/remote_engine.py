@@ -18,7 +18,7 @@ from typing import Any
 
 from backend.runtime.engine import EditEngine, EditError, EditLimits, EditRequest, PreparedEdit
 from backend.runtime.events import DecodeEvent
-from backend.runtime.models import ModelSpec, default_model_name, get_spec
+from backend.runtime.models import ModelSpec, default_model_name, spec_for
 from backend.runtime.prompt import _render, plain_messages, program_messages
 from backend.runtime.remote import remote_plain, remote_program
 from backend.runtime.remote_client import Completion, CompletionsClient, RemoteError
@@ -66,7 +66,7 @@ class RemoteEditEngine(EditEngine):
     """Edits through a vLLM / SGLang / llama.cpp server. Same calls and errors as EditEngine."""
 
     def __init__(self, client: CompletionsClient, *, model: str | None = None, limits: EditLimits = EditLimits()) -> None:
-        spec = get_spec(model or default_model_name())
+        spec = spec_for(model or default_model_name())
         self.client = client
         self.counter = _counter_for(spec)
         self.loaded = RemoteModel(spec=spec, url=client.root, kind=client.kind, tokenizer=self.counter)

@@ -43,13 +43,13 @@ def _llama_cpp_can_run(model: str | None) -> bool:
 
     import torch
 
-    from backend.runtime.models import default_model_name, get_spec
+    from backend.runtime.models import default_model_name, get_spec, spec_for
 
     if torch.cuda.is_available() or importlib.util.find_spec("llama_cpp") is None:
         return False
     try:
-        spec = get_spec(model or default_model_name())
-    except Exception:  # noqa: BLE001 - an ad-hoc directory or unknown name: torch reports it
+        spec = spec_for(model or default_model_name())
+    except Exception:  # noqa: BLE001 - an unknown name or an unusable directory: torch reports it
         return False
     while spec.source.kind == "adapter" and spec.source.base:
         spec = get_spec(spec.source.base)

@@ -40,9 +40,9 @@ def merged_vs_unmerged(spec_name: str, *, context: int = 512, steps: int = 15, w
     """Median decode-step seconds with the adapter unmerged (peft layers) and merged."""
     from peft import PeftModel
 
-    from backend.runtime.models import get_spec, load_model
+    from backend.runtime.models import load_model, spec_for
 
-    spec = get_spec(spec_name)
+    spec = spec_for(spec_name)
     if spec.source.base is None or spec.adapter_dir is None:
         raise ValueError(f"{spec_name} is not an adapter entry")
     base = load_model(spec.source.base)
@@ -60,9 +60,9 @@ def llamacpp_merged_vs_lora(spec_name: str, *, contexts: tuple[int, ...] = (512,
     into a copy of the base GGUF (what an adapter entry loads), after a prefill of each context
     length; the two models alternate, `rounds` times, and each figure is the median of the rounds."""
     from backend.runtime.llamacpp import gguf_files, load_llamacpp
-    from backend.runtime.models import get_spec
+    from backend.runtime.models import spec_for
 
-    spec = get_spec(spec_name)
+    spec = spec_for(spec_name)
     base, lora = gguf_files(spec, merge=False)
     merged, _ = gguf_files(spec, merge=True)
     n_ctx = max(contexts) + warmup + steps + 8
