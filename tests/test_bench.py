@@ -54,6 +54,13 @@ def test_bench_prints_every_strategy_and_one_json_line(corpus, capsys):
     ratio = summary["speedup_vs_ar"]["cad"]
     assert ratio == pytest.approx(summary["seconds"]["ar"] / summary["seconds"]["cad"])
     assert "pld-best = " + summary["pld_best_setting"] in out and parse_setting(summary["pld_best_setting"])
+    # the closed-form bound of the same programs, priced by this run's forward costs
+    bound = summary["vs_bound"]
+    assert bound["bound_plain_seconds"] > 0 and bound["bound_copy_seconds"] > 0 and bound["copy_spans"] >= 2
+    assert bound["bound_speedup"] == pytest.approx(bound["bound_plain_seconds"] / bound["bound_copy_seconds"])
+    assert set(bound["share_of_bound"]) == {"cad", "cad-hybrid", "cad-no-tag-drafts"}
+    assert bound["share_of_bound"]["cad"] == pytest.approx(ratio / bound["bound_speedup"])
+    assert f"cad measured {bound['share_of_bound']['cad']:.0%} of it" in out
 
 
 @pytest.mark.parametrize("argv__message", [

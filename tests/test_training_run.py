@@ -147,3 +147,38 @@ def test_a_directory_train_wrote_is_a_model__base_plus_adapter_with_the_trained_
     (run / "training.json").unlink()
     with pytest.raises(UnknownModel, match="training.json"):
         spec_for(str(run))
+
+
+def test_sigterm__stops_after_the_step_with_a_checkpoint_and_the_adapter_then_resumes(data_file, tmp_path):
+    """A run stopped to free the CPU (Ctrl-C, SIGTERM) keeps every step it made: the real CLI in a
+    subprocess is signalled after its first step and exits 0 with the adapter written."""
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "backend", "train", "--data", str(data_file), "--out", str(out),
+               "--model", "tiny-random", "--examples-per-step", "1", "--threads", "1", "--checkpoint-every", "1000"]
+    process = subprocess.Popen([*command, "--max-steps", "100000"], cwd=root, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert process.stderr is not None
+    for line in process.stderr:
+        if line.startswith("step 1/"):
+            process.send_signal(signal.SIGTERM)
+            break
+    _, rest = process.communicate(timeout=120)
+    assert process.returncode == 0, rest[-2000:]
+    assert "SIGTERM: stopping after this step" in rest
+    card = json.loads((out / "training.json").read_text())
+    assert card["stopped_by"] == "SIGTERM" and not card["finished"] and 1 <= card["steps"] < 100000
+    assert (out / "adapter_model.safetensors").is_file() and (out / "checkpoint" / "state.pt").is_file()
+    assert "stopped early by SIGTERM" in (out / "TRAINING_CARD.md").read_text()
+
+    steps = card["steps"]
+    resumed = subprocess.run([*command, "--max-steps", str(steps + 1), "--resume"], cwd=root, capture_output=True,
+                             text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert f"resumed at step {steps}" in resumed.stderr
+    card = json.loads((out / "training.json").read_text())
+    assert card["finished"] and card["steps"] == steps + 1 and card["stopped_by"] is None

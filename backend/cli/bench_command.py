@@ -22,6 +22,9 @@ a table of every (runtime, strategy) against the fastest runtime's plain decodin
 would pick instead (issue 11). JSON: {"runtimes": {RT: {"corpora": ..., "step_seconds": s}},
 "versus_fastest_plain": {CORPUS: {"RT/STRATEGY": x}}, "fastest_plain": RT, ...}.
 
+The closed-form bound of the replayed programs, priced by the forward costs measured in the same run,
+is printed next to copy-as-decode's measured speed-up over `ar` (JSON "vs_bound": the share of it).
+
 Prints a table per corpus (seconds, forwards, exact, x vs ar, x vs pld-best) and the sweep, then
 one JSON line: {"corpora": {NAME: {"seconds": {STRATEGY: s}, "forwards": {STRATEGY: n}, ...}}, ...}.
 Exit 1 when any output differs from its target; bad usage exits 2 with one line.
@@ -110,6 +113,7 @@ def bench_corpus(engine: Any, cases: list[Any], *, repeats: int, top: int, libra
     sb.time_cases(prepared[:1], run, 1)  # warm-up: first forwards are 4-10x slower
     timings = sb.time_cases(prepared, run, repeats, progress=lambda line: print(line, file=sys.stderr, flush=True))
     summary = sb.summarize(timings, ranked)
+    summary["vs_bound"] = sb.versus_bound(engine, prepared, cost, summary["speedup_vs_ar"])
     summary["skipped_too_long"] = skipped
     if library and getattr(engine.loaded, "model", None) is not None:
         summary["library_check"] = sb.library_check(engine, prepared[:library])
@@ -122,6 +126,10 @@ def _table(name: str, summary: dict[str, Any]) -> str:
     skipped = summary.get("skipped_too_long") or []
     head = (f"{name}: {summary['cases']} cases, pld-best = {summary['pld_best_setting']}"
             + (f"; skipped as too long for the context: {len(skipped)}" if skipped else ""))
+    bound = summary.get("vs_bound") or {}
+    share = (bound.get("share_of_bound") or {}).get("cad")
+    if bound.get("bound_speedup") is not None and share is not None:
+        head += f"; closed-form bound {bound['bound_speedup']:.3g}x vs ar, cad measured {share:.0%} of it"
     main = format_table(["strategy", "seconds", "forwards", "exact", "x vs ar", "x vs pld-best"], rows)
     sweep = sorted(summary["sweep"].items(), key=lambda kv: kv[1]["predicted_seconds"])
     sweep_rows = [[label, v["forwards"], v["predicted_seconds"], v["seconds"] if v["seconds"] is not None else "-"]

@@ -14,6 +14,11 @@ without the model (`prompt_lookup.reference_forward_sizes`); their seconds are p
 table of one forward's seconds per token count measured here, and only the `top` best-predicted
 settings (plus the default) are timed. The prediction is reported next to the measurement.
 
+Bound: the closed-form wall-clock bound of the replayed programs (`ceiling.bound`: plain = gold
+tokens x one step; copy-as-decode = (generated + tag tokens) x one step + one forward per copied
+span), priced by the same forward-cost table, so each copy-as-decode variant's measured speed-up
+over `ar` is reported as a share of the bound measured in this run and at this context.
+
 Timing: after a warm-up, cases run one after another and, within a case, every strategy runs
 back to back, `repeats` times (median per case), so each ratio compares runs of the same moment.
 Seconds are decode seconds after the prompt prefill (the prompts differ between cad and the
@@ -41,7 +46,8 @@ from backend.runtime.prompt_lookup import (
 )
 
 STRATEGIES = ("ar", "pld", "pld-best", "cad", "cad-hybrid")
-FORWARD_SIZES = (1, 2, 4, 8, 16, 32, 64, 129)  # tokens per forward timed for the cost table
+FORWARD_SIZES = (1, 2, 4, 8, 16, 32, 64, 129, 512)  # tokens per forward timed for the cost table
+CAD_VARIANTS = ("cad", "cad-hybrid", "cad-no-tag-drafts")
 
 
 @dataclass
@@ -129,6 +135,41 @@ def interpolate(table: dict[int, float]) -> Callable[[int], float]:
         return table[sizes[-1]] * n / sizes[-1]
 
     return seconds
+
+
+class TableKernel:
+    """A forward-cost table as the bound's kernel: a decode step is a 1-token forward, a copy of n
+    tokens one n-token forward (both measured in this run, after the cases' mean prompt)."""
+
+    def __init__(self, cost: Callable[[int], float]) -> None:
+        self.cost = cost
+        self.step_seconds = cost(1)
+
+    def prefill_seconds(self, n: int) -> float:
+        return self.cost(n)
+
+
+def versus_bound(engine: Any, cases: Sequence[PreparedCase], cost: Callable[[int], float],
+                 speedup_vs_ar: dict[str, float | None]) -> dict[str, Any]:
+    """The bound of the programs the cases replay (the oracle's cost programs, as `cad` forces them)
+    priced by `cost`, and each copy-as-decode variant's measured speed-up over ar as a share of it."""
+    from backend.core.oracle import oracle_program
+    from backend.measure.ceiling import bound, program_stats
+
+    tokenize = engine.text_tokenizer()
+    stats = []
+    for case in cases:
+        request = case.program.request
+        ops = oracle_program(request.source, request.target, objective="cost", tokenize=tokenize)
+        stats.append(program_stats(ops, request.source, request.target, tokenize=tokenize))
+    priced = bound(stats, TableKernel(cost))
+    bound_speedup = ratio(priced.plain_seconds, priced.copy_seconds)
+    measured = {k: v for k, v in speedup_vs_ar.items() if k in CAD_VARIANTS}
+    return {"bound_speedup": bound_speedup, "bound_plain_seconds": priced.plain_seconds,
+            "bound_copy_seconds": priced.copy_seconds, "measured_speedup": measured,
+            "share_of_bound": {k: ratio(v, bound_speedup) for k, v in measured.items()},
+            "tag_tokens": sum(x.tag_tokens for x in stats), "generated_tokens": sum(x.generated_tokens for x in stats),
+            "copy_spans": sum(len(x.copy_spans) for x in stats)}
 
 
 def rank_settings(loaded: Any, cases: Sequence[PreparedCase], cost: Callable[[int], float]) -> dict[PromptLookupSetting, dict[str, float]]:

@@ -9,7 +9,9 @@
 - bf16 autocast on a CPU that supports it, CUDA when present; seeded data order and dropout.
 - A checkpoint (adapter + optimizer + schedule + data position + loss curve) every
   `checkpoint_every` steps, written to a temporary directory and renamed, so a killed run resumes
-  (`resume=True`) from the last complete checkpoint. `max_minutes` stops cleanly with a checkpoint.
+  (`resume=True`) from the last complete checkpoint. `max_minutes` stops cleanly with a checkpoint;
+  so does Ctrl-C or SIGTERM (after the step in progress, then the adapter and card are written as
+  for a finished run; a second signal aborts at once).
 - At the end: the adapter in float16 safetensors (a few MB), `training.json` (config, data manifest
   hash, loss curve, tokens, wall time, machine) and TRAINING_CARD.md.
 """
@@ -21,7 +23,9 @@ import math
 import os
 import random
 import shutil
+import signal
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -215,6 +219,41 @@ def progress_line(run: Run, loss: float, started_tokens: int, started: float) ->
             f"{rate:.0f} tok/s  tokens {run.tokens_seen}  elapsed {run.seconds / 60:.1f} min  eta {remaining / 60:.1f} min")
 
 
+class StopRequest:
+    """Ctrl-C / SIGTERM while training: note it, so the loop stops after the step in progress with a
+    checkpoint and writes the adapter (a run stopped to free the CPU keeps all its steps). The
+    previous handlers are back after the first signal, so a second one aborts at once."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.signal_name: str | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> "StopRequest":
+        if threading.current_thread() is threading.main_thread():  # handlers can only be set there
+            self._previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._restore()
+
+    @property
+    def requested(self) -> bool:
+        return self.signal_name is not None
+
+    def _handle(self, signum: int, _frame: Any) -> None:
+        self.signal_name = signal.Signals(signum).name
+        print(f"{self.signal_name}: stopping after this step with a checkpoint and the adapter "
+              "(send it again to abort now)", file=sys.stderr, flush=True)
+        self._restore()
+
+    def _restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous = {}
+
+
 def train(config: TrainConfig, *, resume: bool = False, manifest: dict[str, Any] | None = None) -> dict[str, Any]:
     """Train (or resume) and write the adapter and its card to `config.out`; returns the card's data."""
     import torch
@@ -242,20 +281,23 @@ def train(config: TrainConfig, *, resume: bool = False, manifest: dict[str, Any]
         print(f"resumed at step {run.step} ({run.tokens_seen} tokens)", file=sys.stderr, flush=True)
     started, started_tokens = time.perf_counter(), run.tokens_seen
     base_seconds = run.seconds
-    while run.step < config.max_steps:
-        loss = run.train_step()
-        run.seconds = base_seconds + time.perf_counter() - started
-        run.curve.append({"step": run.step, "loss": round(loss, 5), "tokens": run.tokens_seen, "seconds": round(run.seconds, 1)})
-        print(progress_line(run, loss, started_tokens, started), file=sys.stderr, flush=True)
-        out_of_time = config.max_minutes is not None and (time.perf_counter() - started) / 60 >= config.max_minutes
-        if run.step % config.checkpoint_every == 0 or out_of_time or run.step == config.max_steps:
-            run.save_checkpoint(checkpoint)
-        if out_of_time:
-            break
+    stopped_by = None
+    with StopRequest() as stop:
+        while run.step < config.max_steps:
+            loss = run.train_step()
+            run.seconds = base_seconds + time.perf_counter() - started
+            run.curve.append({"step": run.step, "loss": round(loss, 5), "tokens": run.tokens_seen, "seconds": round(run.seconds, 1)})
+            print(progress_line(run, loss, started_tokens, started), file=sys.stderr, flush=True)
+            out_of_time = config.max_minutes is not None and (time.perf_counter() - started) / 60 >= config.max_minutes
+            stopped_by = stop.signal_name or ("max_minutes" if out_of_time else None)
+            if run.step % config.checkpoint_every == 0 or stopped_by or run.step == config.max_steps:
+                run.save_checkpoint(checkpoint)
+            if stopped_by:
+                break
     size = save_adapter(model, out)
     card = {
         "config": asdict(config), "examples": len(examples), "skipped_too_long": skipped,
-        "steps": run.step, "finished": run.step >= config.max_steps, "tokens_seen": run.tokens_seen,
+        "steps": run.step, "finished": run.step >= config.max_steps, "stopped_by": stopped_by, "tokens_seen": run.tokens_seen,
         "examples_seen": run.step * config.examples_per_step, "wall_seconds": round(run.seconds, 1),
         "tokens_per_second": round(run.tokens_seen / max(run.seconds, 1e-9), 1), "adapter_bytes": size,
         "loss_first": run.curve[0]["loss"] if run.curve else None,
@@ -281,7 +323,7 @@ LoRA adapter for `{config['base_model']}` that writes copy-as-decode programs (z
 - LoRA r={config['rank']} alpha={config['alpha']} dropout={config['dropout']} on {', '.join(config['targets'])}
 - lr {config['lr']} (warm-up {config['warmup_steps']}, cosine to 10% at step {config['max_steps']}),
   {config['examples_per_step']} sequences per step, seed {config['seed']}
-- Ran {card['steps']} steps ({'finished' if card['finished'] else 'stopped early'}), {card['examples_seen']} examples,
+- Ran {card['steps']} steps ({'finished' if card['finished'] else 'stopped early by ' + str(card.get('stopped_by'))}), {card['examples_seen']} examples,
   {card['tokens_seen']} tokens in {card['wall_seconds'] / 60:.1f} min ({card['tokens_per_second']} tokens/s)
 - Machine: {json.dumps(card['machine'])}
 - Adapter: {card['adapter_bytes']} bytes (float16 safetensors)
