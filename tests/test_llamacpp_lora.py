@@ -150,3 +150,19 @@ def test_adapter_cost__llama_cpp_lora_and_merged_step_times() -> None:
     costs = llamacpp_merged_vs_lora("smollm2-135m-cad", contexts=(32,), steps=2, warmup=1, rounds=1)
     assert set(costs) == {"llamacpp_lora_step_seconds_32", "llamacpp_merged_step_seconds_32", "llamacpp_merged_speedup_32"}
     assert all(value > 0 for value in costs.values())
+
+
+@pytest.mark.parametrize("name__file", [
+    ("smollm2-135m-cad", "smollm2-135m-cad-abc.gguf"),
+    ("var/train-run5", "var_train-run5-abc.gguf"),
+    ("../../etc/x", "etc_x-abc.gguf"),
+    ("/abs/run", "abs_run-abc.gguf"),
+    ("..", "model-abc.gguf"),
+])
+def test_cache_file_name__a_model_path_never_names_a_folder(name__file):
+    """`--model DIR` names an adapter entry by its path: its cached GGUF stays one file in the cache dir."""
+    from backend.runtime.llamacpp import cache_file_name
+
+    name, expected = name__file
+    assert cache_file_name(name, "abc", "") == expected
+    assert "/" not in cache_file_name(name, "abc", "-merged-Q8_0")

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -278,6 +279,13 @@ def gguf_files(spec: ModelSpec, *, merge: bool = True) -> tuple[Path, Path | Non
     )
 
 
+def cache_file_name(model_name: str, digest: str, suffix: str) -> str:
+    """One file name in the cache dir for a model name that may be a path (`--model var/run` or
+    `../x`): every character outside [A-Za-z0-9._-] becomes "_", so it never names a folder."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", model_name).strip("._") or "model"
+    return f"{stem}-{digest}{suffix}.gguf"
+
+
 def cached_adapter_gguf(spec: ModelSpec, base_gguf: Path, form: str) -> Path:
     """The entry's peft adapter for llama.cpp, converted on first use: `form` "lora" a LoRA GGUF
     (~1 s), "merged" the base GGUF with the adapter merged in (`merged_gguf`, ~4 s, 145 MB)."""
@@ -292,7 +300,7 @@ def cached_adapter_gguf(spec: ModelSpec, base_gguf: Path, form: str) -> Path:
         if file.name.startswith("adapter_"):
             digest.update(file.name.encode() + file.read_bytes())
     suffix = "" if form == "lora" else f"-merged-{DEFAULT_MERGED_TYPE}"
-    out = user_cache_dir() / "lora" / f"{spec.name}-{digest.hexdigest()[:16]}{suffix}.gguf"
+    out = user_cache_dir() / "lora" / cache_file_name(spec.name, digest.hexdigest()[:16], suffix)
     if not out.is_file():
         try:
             if form == "lora":
