@@ -138,3 +138,30 @@ def test_bench_skips_cases_too_long_for_the_context_and_says_which(tmp_path, cap
     summary = json.loads(out.strip().splitlines()[-1])["corpora"][str(path)]
     assert summary["cases"] == 1 and summary["skipped_too_long"] == ["huge"]
     assert "skipped as too long for the context: 1" in out
+
+
+def test_bench_skip_leaves_out_the_optional_variants_and_warms_up_on_the_cheapest_case(tmp_path, capsys):
+    """On long files every strategy replays the whole file repeats + 1 times; --skip drops the
+    optional copy-as-decode variants (never ar, pld, pld-best or cad, which define the ratios), and
+    the warm-up round runs on the case with the fewest target tokens, not the first."""
+    corpus = tmp_path / "longer-first.jsonl"
+    corpus.write_text("".join(json.dumps(c) + "\n" for c in [CASES[1], CASES[0]]), encoding="utf-8")
+    code = main(["bench", str(corpus), "--model", "tiny-random", "--repeats", "1", "--top", "1",
+                 "--skip", "cad-hybrid", "--skip", "cad-no-tag-drafts"])
+    out, err = capsys.readouterr()
+    assert code == 0
+    summary = json.loads(out.strip().splitlines()[-1])["corpora"][str(corpus)]
+    assert set(summary["seconds"]) == {"ar", "pld", "pld-best", "cad"}
+    assert set(summary["vs_bound"]["share_of_bound"]) == {"cad"} and set(summary["tags"]) == {"cad"}
+    assert "warm-up round on rename " in err  # the second case: its target is the shorter
+    assert "forward-cost table after" in err
+
+
+def test_only_the_optional_variants_can_be_skipped(corpus, capsys):
+    from backend.cli.bench_command import SKIPPABLE
+
+    assert SKIPPABLE == sb.OPTIONAL_VARIANTS
+    with pytest.raises(ValueError, match="only cad-hybrid, cad-no-tag-drafts are optional"):
+        sb.runners(object(), [DEFAULT_SETTING], skip=("ar",))
+    assert main(["bench", str(corpus), "--model", "tiny-random", "--skip", "pld-best"]) == 2
+    assert "invalid choice" in capsys.readouterr().err

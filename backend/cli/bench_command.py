@@ -1,5 +1,5 @@
 """`bench CORPUS... [--limit K] [--model M] [--runtime torch|llama.cpp|torch,llama.cpp] [--repeats R] [--top N]
-       [--data-dir D] [--library-check K]`
+       [--skip STRATEGY]... [--data-dir D] [--library-check K]`
 
 Reference replay of each case's target through one model with every strategy, measured in this
 process (backend/measure/strategy_bench.py says how): plain decoding (`ar`), prompt lookup at
@@ -11,6 +11,11 @@ gives tag decode steps per copy for each).
 Seconds are decode seconds after the prompt prefill, medians of R runs per case summed over the
 cases; ratios are ratios of those sums, measured in the same run. The machine's load average at
 start and end is printed: timings on a busy machine are slower, ratios less so.
+
+`--skip cad-hybrid --skip cad-no-tag-drafts`: leave out the optional copy-as-decode variants (the
+other strategies define the ratios and the bound and are always timed). With `--top 1` that is what
+makes long files fit a 2-core CPU: every strategy replays the whole file, `repeats` + 1 times (the
+warm-up round runs on the case with the fewest target tokens).
 
 `--library-check K`: also plain and prompt-lookup decoding of the first K cases in model mode
 (greedy) by our loops and by transformers' own `generate` (with `prompt_lookup_num_tokens=10`),
@@ -40,6 +45,9 @@ from typing import Any
 from backend.cli.common import UsageError, emit, format_table
 from backend.cli.edit_commands import _positive_int as _positive
 
+# strategy_bench.OPTIONAL_VARIANTS, spelled here so that parsing arguments does not import torch
+SKIPPABLE = ("cad-hybrid", "cad-no-tag-drafts")
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("bench", help="every strategy on corpora, timed in one process (reference replay)")
@@ -52,6 +60,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "auto (default): llama.cpp when it can run the model on this CPU-only machine, else torch")
     parser.add_argument("--repeats", type=_positive, default=3, help="runs per case and strategy (median)")
     parser.add_argument("--top", type=_positive, default=3, help="best-predicted sweep settings to time")
+    parser.add_argument("--skip", action="append", default=[], choices=SKIPPABLE, metavar="STRATEGY",
+                        help="leave out an optional variant: " + ", ".join(SKIPPABLE) + " (repeatable)")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--library-check", type=_positive, default=None, metavar="K",
                         help="also time transformers' generate (greedy, prompt lookup) against our loops on K cases")
@@ -94,9 +104,9 @@ def _open(model: str | None, runtime: str) -> Any:
 
 
 def bench_corpus(engine: Any, cases: list[Any], *, repeats: int, top: int, library: int | None = None,
-                 limit: int | None = None) -> dict[str, Any]:
+                 limit: int | None = None, skip: tuple[str, ...] = ()) -> dict[str, Any]:
     """One corpus: prepare the first `limit` cases that fit the context (the others are skipped and
-    listed), rank the sweep, time every strategy, summarise (see strategy_bench)."""
+    listed), rank the sweep, time every strategy but `skip`, summarise (see strategy_bench)."""
     from backend.measure import strategy_bench as sb
     from backend.runtime.engine import EditError
 
@@ -107,17 +117,25 @@ def bench_corpus(engine: Any, cases: list[Any], *, repeats: int, top: int, libra
     if not prepared:
         raise UsageError(f"no case fits {engine.name}'s context ({len(skipped)} too long)")
     context = int(sum(len(c.plain.prompt_ids) for c in prepared) / len(prepared))
+    _progress(f"{len(prepared)} cases, {sum(len(c.plain.target_ids) for c in prepared)} target tokens; "
+              f"forward-cost table after {context} tokens")
     cost = sb.interpolate(sb.forward_cost_table(engine.loaded, context))
     ranked = sb.rank_settings(engine.loaded, prepared, cost)
-    run = sb.runners(engine, sb.shortlist(ranked, top))
-    sb.time_cases(prepared[:1], run, 1)  # warm-up: first forwards are 4-10x slower
-    timings = sb.time_cases(prepared, run, repeats, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    run = sb.runners(engine, sb.shortlist(ranked, top), skip=skip)
+    warm = sb.cheapest(prepared)
+    _progress(f"warm-up round on {warm.id} ({len(warm.plain.target_ids)} target tokens): {', '.join(run)}")
+    sb.time_cases([warm], run, 1)  # first forwards (and first grammar builds) are several times slower
+    timings = sb.time_cases(prepared, run, repeats, progress=_progress)
     summary = sb.summarize(timings, ranked)
     summary["vs_bound"] = sb.versus_bound(engine, prepared, cost, summary["speedup_vs_ar"])
     summary["skipped_too_long"] = skipped
     if library and getattr(engine.loaded, "model", None) is not None:
         summary["library_check"] = sb.library_check(engine, prepared[:library])
     return summary
+
+
+def _progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _table(name: str, summary: dict[str, Any]) -> str:
@@ -163,7 +181,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         step = engine.step_seconds(warmup=5, steps=31) if len(runtimes) > 1 else None
         per_runtime[runtime] = {"step_seconds": step, "corpora": {
             corpus: bench_corpus(engine, cases, repeats=args.repeats, top=args.top, library=args.library_check,
-                                 limit=args.limit)
+                                 limit=args.limit, skip=tuple(args.skip))
             for corpus, cases in corpora.items()}}
         del engine  # one model in memory at a time
     load_end = os.getloadavg()[0]

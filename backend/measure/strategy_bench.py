@@ -48,6 +48,7 @@ from backend.runtime.prompt_lookup import (
 STRATEGIES = ("ar", "pld", "pld-best", "cad", "cad-hybrid")
 FORWARD_SIZES = (1, 2, 4, 8, 16, 32, 64, 129, 512)  # tokens per forward timed for the cost table
 CAD_VARIANTS = ("cad", "cad-hybrid", "cad-no-tag-drafts")
+OPTIONAL_VARIANTS = ("cad-hybrid", "cad-no-tag-drafts")  # `runners(skip=...)` may leave these out
 
 
 @dataclass
@@ -189,8 +190,19 @@ def shortlist(ranked: dict[PromptLookupSetting, dict[str, float]], top: int) -> 
     return list(dict.fromkeys([DEFAULT_SETTING, *best]))
 
 
-def runners(engine: Any, settings: Sequence[PromptLookupSetting]) -> dict[str, Callable[[PreparedCase], Any]]:
-    """Strategy name (pld settings by label) -> a function running one case to its DecodeResult."""
+def cheapest(cases: Sequence[PreparedCase]) -> PreparedCase:
+    """The case with the fewest target tokens: the warm-up round's case (any case warms the model;
+    on long files a whole round of the first one costs minutes)."""
+    return min(cases, key=lambda c: len(c.plain.target_ids))
+
+
+def runners(engine: Any, settings: Sequence[PromptLookupSetting],
+            skip: Sequence[str] = ()) -> dict[str, Callable[[PreparedCase], Any]]:
+    """Strategy name (pld settings by label) -> a function running one case to its DecodeResult;
+    `skip` leaves out optional variants (OPTIONAL_VARIANTS)."""
+    unknown = set(skip) - set(OPTIONAL_VARIANTS)
+    if unknown:
+        raise ValueError(f"cannot skip {sorted(unknown)}: only {', '.join(OPTIONAL_VARIANTS)} are optional")
     loaded = engine.loaded
 
     def plain(case: PreparedCase) -> Any:
@@ -207,8 +219,10 @@ def runners(engine: Any, settings: Sequence[PromptLookupSetting]) -> dict[str, C
     out: dict[str, Callable[[PreparedCase], Any]] = {"ar": plain, "cad": cad}
     out.update({f"pld:{s.label}": lookup(s) for s in settings})
     hybrid, untagged = reference_runner(hybrid=True), reference_runner(hybrid=False, tag_drafts=False)
-    out["cad-hybrid"] = lambda case: hybrid(engine, case)
-    out["cad-no-tag-drafts"] = lambda case: untagged(engine, case)
+    if "cad-hybrid" not in skip:
+        out["cad-hybrid"] = lambda case: hybrid(engine, case)
+    if "cad-no-tag-drafts" not in skip:
+        out["cad-no-tag-drafts"] = lambda case: untagged(engine, case)
     return out
 
 
