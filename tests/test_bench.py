@@ -155,6 +155,10 @@ def test_bench_skip_leaves_out_the_optional_variants_and_warms_up_on_the_cheapes
     assert set(summary["vs_bound"]["share_of_bound"]) == {"cad"} and set(summary["tags"]) == {"cad"}
     assert "warm-up round on rename " in err  # the second case: its target is the shorter
     assert "forward-cost table after" in err
+    forward = summary["forward_cost"]
+    assert forward["context"] > 0 and set(forward["seconds"]) == {str(n) for n in sb.FORWARD_SIZES}
+    assert all(s > 0 for s in forward["seconds"].values())
+    assert f"one forward after {forward['context']} tokens: 1 tokens" in out
 
 
 def test_only_the_optional_variants_can_be_skipped(corpus, capsys):

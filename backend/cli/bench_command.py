@@ -119,7 +119,8 @@ def bench_corpus(engine: Any, cases: list[Any], *, repeats: int, top: int, libra
     context = int(sum(len(c.plain.prompt_ids) for c in prepared) / len(prepared))
     _progress(f"{len(prepared)} cases, {sum(len(c.plain.target_ids) for c in prepared)} target tokens; "
               f"forward-cost table after {context} tokens")
-    cost = sb.interpolate(sb.forward_cost_table(engine.loaded, context))
+    table = sb.forward_cost_table(engine.loaded, context)
+    cost = sb.interpolate(table)
     ranked = sb.rank_settings(engine.loaded, prepared, cost)
     run = sb.runners(engine, sb.shortlist(ranked, top), skip=skip)
     warm = sb.cheapest(prepared)
@@ -128,6 +129,7 @@ def bench_corpus(engine: Any, cases: list[Any], *, repeats: int, top: int, libra
     timings = sb.time_cases(prepared, run, repeats, progress=_progress)
     summary = sb.summarize(timings, ranked)
     summary["vs_bound"] = sb.versus_bound(engine, prepared, cost, summary["speedup_vs_ar"])
+    summary["forward_cost"] = {"context": context, "seconds": {str(n): s for n, s in table.items()}}
     summary["skipped_too_long"] = skipped
     if library and getattr(engine.loaded, "model", None) is not None:
         summary["library_check"] = sb.library_check(engine, prepared[:library])
@@ -149,11 +151,23 @@ def _table(name: str, summary: dict[str, Any]) -> str:
     if bound.get("bound_speedup") is not None and share is not None:
         head += f"; closed-form bound {bound['bound_speedup']:.3g}x vs ar, cad measured {share:.0%} of it"
     main = format_table(["strategy", "seconds", "forwards", "exact", "x vs ar", "x vs pld-best"], rows)
+    forward = _forward_cost_line(summary.get("forward_cost"))
     sweep = sorted(summary["sweep"].items(), key=lambda kv: kv[1]["predicted_seconds"])
     sweep_rows = [[label, v["forwards"], v["predicted_seconds"], v["seconds"] if v["seconds"] is not None else "-"]
                   for label, v in sweep]
-    return "\n".join([head, main, "", "sweep (predicted from forward counts; timed where shown)",
+    return "\n".join([head, main, forward, "", "sweep (predicted from forward counts; timed where shown)",
                       format_table(["setting", "forwards", "predicted s", "measured s"], sweep_rows), _library(summary), ""])
+
+
+def _forward_cost_line(forward: dict[str, Any] | None) -> str:
+    """One forward's cost per token at a few sizes: what bounds every multi-token strategy (a copy,
+    a prompt-lookup draft) against a decode step on this machine."""
+    if not forward:
+        return ""
+    seconds = {int(n): s for n, s in forward["seconds"].items()}
+    parts = [f"{n} tokens {seconds[n] * 1000:.1f} ms ({seconds[n] * 1000 / n:.2f} ms/token)" for n in sorted(seconds)
+             if n in (1, 8, 64, max(seconds))]
+    return f"one forward after {forward['context']} tokens: " + ", ".join(parts)
 
 
 def _library(summary: dict[str, Any]) -> str:
