@@ -57,6 +57,15 @@ INSTALL_HINT = f"pip install '{LLAMA_CPP_PIN}' (builds llama.cpp from source: ~8
 # Tokens per llama_decode call inside llama.cpp (physical batch). A logical batch (one forward of
 # ours) may be longer: llama.cpp splits it into micro-batches of this size itself.
 UBATCH = 512
+# Flash attention: llama.cpp's "auto" (the default) turns it on wherever the backend supports it, the
+# CPU included; $COPY_AS_DECODE_FLASH_ATTN (on, off, auto) overrides. Neither wins everywhere on a
+# 2-core AVX2 CPU (SmolLM2, docs/results.md): without it a decode step after 2,500 tokens costs
+# ~33 ms against ~37-40 ms and one 177-line file's replay decodes 1.15x (copy-as-decode) to 1.5x
+# (tuned prompt lookup) faster, but short prompts read ~27% slower (80 held-out edits of <= 768
+# tokens: 246 s against 193 s of prefill) and 17 of those 80 programs change (exact 18 against 19).
+# Model mode on the app's files is mostly prompt reading, and "auto" is what the shipped adapter
+# was evaluated with: it stays the default.
+FLASH_ATTN_ENV = "COPY_AS_DECODE_FLASH_ATTN"
 
 
 def require_llama_cpp() -> Any:
@@ -147,6 +156,12 @@ class LlamaCppCache:
     def length(self) -> int:
         return len(self.token_ids)
 
+    @property
+    def reusable(self) -> bool:
+        """True while this cache still owns the model's context (a newer cache takes it, and this one
+        then refuses every use), so a later run may keep a prefix of it (handle.PromptReuse)."""
+        return self._handle._owner is self
+
     def _check_owner(self) -> None:
         if self._handle._owner is not self:
             raise RuntimeError("this llama.cpp cache was superseded: its context now belongs to a newer cache")
@@ -234,8 +249,23 @@ class LlamaCppCache:
         self.rollback(self.length - length)
 
 
+def flash_attention_type(llama_cpp: Any) -> int:
+    """llama.cpp's flash_attn_type for a new context: $COPY_AS_DECODE_FLASH_ATTN (on, off, auto) when
+    set, else auto (see FLASH_ATTN_ENV). ValueError for another value of the variable."""
+    choices = {
+        "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+        "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+        "auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,
+    }
+    chosen = os.environ.get(FLASH_ATTN_ENV, "").strip().lower() or "auto"
+    if chosen not in choices:
+        raise ValueError(f"${FLASH_ATTN_ENV} must be one of {', '.join(choices)}, not {chosen!r}")
+    return choices[chosen]
+
+
 def _context_params(llama_cpp: Any, n_ctx: int, threads: int) -> Any:
     params = llama_cpp.llama_context_default_params()
+    params.flash_attn_type = flash_attention_type(llama_cpp)
     params.n_ctx = n_ctx
     params.n_batch = n_ctx      # one llama_decode per forward of ours, whatever its length
     params.n_ubatch = min(UBATCH, n_ctx)
