@@ -111,7 +111,8 @@ class ModelSlots:
         try:
             from backend.runtime.runtimes import open_engine
 
-            engine = open_engine(slot.name, limits=self.limits, **self.engine_options)
+            # reuse_prompt: a second edit of the same file reads only the prompt's changed part
+            engine = open_engine(slot.name, limits=self.limits, reuse_prompt=True, **self.engine_options)
             loaded = engine.loaded
             with slot.lock:
                 slot.loaded, slot.engine, slot.state = loaded, engine, "measuring"

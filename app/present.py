@@ -116,6 +116,9 @@ def _head(snapshot: Snapshot, mode: str, max_new_tokens: int | None, run_seconds
     elapsed = float(snapshot.metrics.get("elapsed_seconds") or 0.0)
     prefill = snapshot.metrics.get("prefill_seconds")
     timing = f"{elapsed:.2f} s decoding" + (f" + {float(prefill):.2f} s reading the prompt" if prefill is not None else "")
+    reused, prompt = snapshot.metrics.get("prompt_reused_tokens"), snapshot.metrics.get("prompt_tokens")
+    if prefill is not None and reused and prompt:
+        timing += f" ({int(reused):,} of its {int(prompt):,} tokens kept from the last run)"
     if stop == "cancel":  # wall time: a cancel while reading the prompt stops before any decoding
         return f"cancelled after {snapshot.wall_seconds:.2f} s — partial result kept"
     if is_failure(snapshot, mode):

@@ -73,6 +73,16 @@ def test_charts_are_plain_plotly_figures():
     assert len(bars.data) == 3 and list(bars.data[1].y) == [40.0, 9.0]
 
 
+def test_finish_text__says_how_much_of_the_prompt_a_second_edit_kept():
+    snapshot = _done("eos")
+    snapshot.metrics.update(prefill_seconds=0.4, prompt_tokens=3120, prompt_reused_tokens=3101)
+    assert "1.00 s decoding + 0.40 s reading the prompt (3,101 of its 3,120 tokens kept from the last run)" in (
+        finish_text(snapshot, mode="model"))
+    snapshot.metrics.pop("prompt_reused_tokens")  # a cold read says nothing about reuse
+    text = finish_text(snapshot, mode="model")
+    assert "0.40 s reading the prompt (eos)" in text and "kept from the last run" not in text
+
+
 def _done(stop: str, *, strategy: str = "cad", error: str | None = None) -> Snapshot:
     result = DecodeResult(strategy, "model", "x\n", None, stop != "eos", stop, error, _metrics())
     return Snapshot(strategy, (), "", "x\n", {"elapsed_seconds": 1.0}, (), done=True, result=result,

@@ -147,7 +147,7 @@ def test_bench_skip_leaves_out_the_optional_variants_and_warms_up_on_the_cheapes
     corpus = tmp_path / "longer-first.jsonl"
     corpus.write_text("".join(json.dumps(c) + "\n" for c in [CASES[1], CASES[0]]), encoding="utf-8")
     code = main(["bench", str(corpus), "--model", "tiny-random", "--repeats", "1", "--top", "1",
-                 "--skip", "cad-hybrid", "--skip", "cad-no-tag-drafts"])
+                 "--skip", "cad-hybrid", "--skip", "cad-no-tag-drafts", "--prompt-reuse"])
     out, err = capsys.readouterr()
     assert code == 0
     summary = json.loads(out.strip().splitlines()[-1])["corpora"][str(corpus)]
@@ -159,6 +159,10 @@ def test_bench_skip_leaves_out_the_optional_variants_and_warms_up_on_the_cheapes
     assert forward["context"] > 0 and set(forward["seconds"]) == {str(n) for n in sb.FORWARD_SIZES}
     assert all(s > 0 for s in forward["seconds"].values())
     assert f"one forward after {forward['context']} tokens: 1 tokens" in out
+    # --prompt-reuse: both prompts of the file, read again on a second edit, keep all but the instruction
+    reuse = summary["prompt_reuse"]
+    assert set(reuse) == {"cad", "plain"} and all(0 < r["kept_tokens"] < r["prompt_tokens"] for r in reuse.values())
+    assert "prompt reuse (a second edit of the same file): cad prompt" in out
 
 
 def test_only_the_optional_variants_can_be_skipped(corpus, capsys):

@@ -1,5 +1,5 @@
 """`bench CORPUS... [--limit K] [--model M] [--runtime torch|llama.cpp|torch,llama.cpp] [--repeats R] [--top N]
-       [--skip STRATEGY]... [--data-dir D] [--library-check K]`
+       [--skip STRATEGY]... [--data-dir D] [--library-check K] [--prompt-reuse]`
 
 Reference replay of each case's target through one model with every strategy, measured in this
 process (backend/measure/strategy_bench.py says how): plain decoding (`ar`), prompt lookup at
@@ -26,6 +26,10 @@ runtime's plain decode step timed (median of 7 after 3 warm-up steps at a 512-to
 a table of every (runtime, strategy) against the fastest runtime's plain decoding: what a CPU user
 would pick instead (issue 11). JSON: {"runtimes": {RT: {"corpora": ..., "step_seconds": s}},
 "versus_fastest_plain": {CORPUS: {"RT/STRATEGY": x}}, "fastest_plain": RT, ...}.
+
+`--prompt-reuse`: also each case's prompt read cold and on a second edit of the same file by an
+engine that reuses its cache (the app's; backend/measure/prompt_reuse.py), for the numbered and the
+plain prompt (JSON "prompt_reuse").
 
 The closed-form bound of the replayed programs, priced by the forward costs measured in the same run,
 is printed next to copy-as-decode's measured speed-up over `ar` (JSON "vs_bound": the share of it).
@@ -65,6 +69,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--library-check", type=_positive, default=None, metavar="K",
                         help="also time transformers' generate (greedy, prompt lookup) against our loops on K cases")
+    parser.add_argument("--prompt-reuse", action="store_true",
+                        help="also time each prompt cold and on a second edit of the same file (prompt reuse)")
     parser.set_defaults(handler=cmd_bench)
 
 
@@ -104,7 +110,7 @@ def _open(model: str | None, runtime: str) -> Any:
 
 
 def bench_corpus(engine: Any, cases: list[Any], *, repeats: int, top: int, library: int | None = None,
-                 limit: int | None = None, skip: tuple[str, ...] = ()) -> dict[str, Any]:
+                 limit: int | None = None, skip: tuple[str, ...] = (), prompt_reuse: bool = False) -> dict[str, Any]:
     """One corpus: prepare the first `limit` cases that fit the context (the others are skipped and
     listed), rank the sweep, time every strategy but `skip`, summarise (see strategy_bench)."""
     from backend.measure import strategy_bench as sb
@@ -133,6 +139,11 @@ def bench_corpus(engine: Any, cases: list[Any], *, repeats: int, top: int, libra
     summary["skipped_too_long"] = skipped
     if library and getattr(engine.loaded, "model", None) is not None:
         summary["library_check"] = sb.library_check(engine, prepared[:library])
+    if prompt_reuse:
+        from backend.measure.prompt_reuse import measure_prompt_reuse
+
+        _progress("prompt reuse: each prompt cold and on a second edit of the same file")
+        summary["prompt_reuse"] = measure_prompt_reuse(engine.loaded, [c.program.request for c in prepared], repeats=repeats)
     return summary
 
 
@@ -155,6 +166,10 @@ def _table(name: str, summary: dict[str, Any]) -> str:
     sweep = sorted(summary["sweep"].items(), key=lambda kv: kv[1]["predicted_seconds"])
     sweep_rows = [[label, v["forwards"], v["predicted_seconds"], v["seconds"] if v["seconds"] is not None else "-"]
                   for label, v in sweep]
+    if summary.get("prompt_reuse"):
+        from backend.measure.prompt_reuse import reuse_line
+
+        forward += "\n" + reuse_line(summary["prompt_reuse"])
     return "\n".join([head, main, forward, "", "sweep (predicted from forward counts; timed where shown)",
                       format_table(["setting", "forwards", "predicted s", "measured s"], sweep_rows), _library(summary), ""])
 
@@ -195,7 +210,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         step = engine.step_seconds(warmup=5, steps=31) if len(runtimes) > 1 else None
         per_runtime[runtime] = {"step_seconds": step, "corpora": {
             corpus: bench_corpus(engine, cases, repeats=args.repeats, top=args.top, library=args.library_check,
-                                 limit=args.limit, skip=tuple(args.skip))
+                                 limit=args.limit, skip=tuple(args.skip), prompt_reuse=args.prompt_reuse)
             for corpus, cases in corpora.items()}}
         del engine  # one model in memory at a time
     load_end = os.getloadavg()[0]

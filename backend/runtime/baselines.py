@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
 from backend.runtime.events import DecodeEvent, DecodeMetrics, DecodeResult
-from backend.runtime.handle import DecodeCache, ModelHandle, prefill_prompt
+from backend.runtime.handle import DecodeCache, ModelHandle, prefill_prompt, reuse_prompt_prefix
 from backend.runtime.prompt_lookup import prompt_lookup_candidates
 from backend.runtime.sampling import make_generator, sample_token
 
@@ -79,6 +79,7 @@ class _BaselineRun:
     started: float             # after the prompt prefill: `forwards` and `elapsed` count from here
     base_forwards: int         # cache.forwards after the prompt prefill (the prefill is not counted)
     base_steps: int            # len(cache.step_seconds) after the prompt prefill
+    prompt_reused: int = 0     # prompt positions a previous run left in the cache (handle.PromptReuse)
     output: list[int] = field(default_factory=list)
     drafted: int = 0
     accepted_drafts: int = 0
@@ -137,17 +138,19 @@ def _checked_prompt(prompt_ids: Sequence[int], max_new_tokens: int | None) -> li
 def _prefilled_run(
     loaded: ModelHandle, prompt: list[int], choose: Chooser, cancel: threading.Event | None
 ) -> tuple[_BaselineRun, list[int | None]]:
-    """A fresh cache with the prompt prefilled (timed apart), and the first output token chosen
+    """The handle's cache with the prompt prefilled (timed apart; a `PromptReuse` handle's cache keeps
+    the positions the last run shares with this prompt), and the first output token chosen
     from its logits ([] when cancelled during the prefill)."""
     cache = loaded.new_cache()
     detok = _Detokenizer(loaded.tokenizer)
     started = time.perf_counter()
-    first = prefill_prompt(cache, prompt, cancel)  # logits [V]; None when cancelled during the prefill
+    reused = reuse_prompt_prefix(cache, prompt)
+    first = prefill_prompt(cache, prompt[reused:], cancel)  # logits [V]; None when cancelled during the prefill
     produced = [choose(first, 0)] if first is not None else []
     prefill_seconds = time.perf_counter() - started
     run = _BaselineRun(prompt=prompt, cache=cache, detok=detok, prefill_seconds=prefill_seconds,
                        started=time.perf_counter(), base_forwards=cache.forwards,
-                       base_steps=len(cache.step_seconds))
+                       base_steps=len(cache.step_seconds), prompt_reused=reused)
     return run, produced
 
 
@@ -238,6 +241,7 @@ def _metrics(run: _BaselineRun, wall: float) -> DecodeMetrics:
         draft_tokens=run.drafted,
         output_tokens=len(output),
         prompt_tokens=len(run.prompt),
+        prompt_reused_tokens=run.prompt_reused or None,
         **DecodeMetrics.step_timing(run.cache.step_seconds[run.base_steps:]),
     )
 

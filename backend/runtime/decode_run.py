@@ -64,6 +64,7 @@ class DecodeRun:
     error: str | None = None
     base_forwards: int = 0     # cache.forwards after the prompt prefill
     base_steps: int = 0        # len(cache.step_seconds) after the prompt prefill
+    prompt_reused: int = 0     # prompt positions a previous run left in the cache (handle.PromptReuse)
     started: float = 0.0
     drafting: Drafting | None = None  # tag openings and (hybrid) prompt-lookup drafts in gens (hybrid.py)
 

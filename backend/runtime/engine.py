@@ -35,7 +35,7 @@ from backend.runtime.baselines import decode_plain, decode_prompt_lookup, replay
 from backend.runtime.decoder import decode_program, encode_text
 from backend.runtime.events import DecodeEvent, DecodeResult
 from backend.runtime.grammar import Grammar
-from backend.runtime.handle import ModelHandle
+from backend.runtime.handle import ModelHandle, PromptReuse
 from backend.runtime.prompt import plain_prompt_ids, program_prompt_ids, prompt_style, reference_program
 from backend.runtime.request import STRATEGIES, EditError, EditLimits, EditRequest, check_request
 
@@ -55,10 +55,14 @@ class PreparedEdit:
 class EditEngine:
     """Runs edits on one loaded model. Thread-safe: runs are serialised by one lock."""
 
-    def __init__(self, loaded: ModelHandle, *, limits: EditLimits = EditLimits()) -> None:
+    def __init__(self, loaded: ModelHandle, *, limits: EditLimits = EditLimits(), reuse_prompt: bool = False) -> None:
+        """`reuse_prompt`: each run starts from the cache the last one left and reads only the part of
+        its prompt that differs (`handle.PromptReuse`; for the interactive app). Off by default: a
+        measurement wants every prompt read cold."""
         if loaded.tokenizer is None:
             raise EditError(f"model {loaded.name} has no tokenizer: it can time kernels only")
         self.loaded = loaded
+        self.decoding: ModelHandle = PromptReuse(loaded) if reuse_prompt else loaded
         self.limits = limits
         self.lock = threading.Lock()
         self._step_seconds: float | None = None
@@ -156,7 +160,7 @@ class EditEngine:
             yield from self._events(prepared, cancel)
 
     def _events(self, prepared: PreparedEdit, cancel: threading.Event | None) -> Iterator[DecodeEvent]:
-        loaded, request = self.loaded, prepared.request
+        loaded, request = self.decoding, prepared.request
         source, instruction = request.source, request.instruction
         if request.mode == "reference":
             assert request.target is not None and prepared.target_ids is not None

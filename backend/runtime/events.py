@@ -44,6 +44,7 @@ class DecodeMetrics:
     program_tokens: int | None = None         # tag + gen tokens of the program (cad only)
     copies: int | None = None                 # copy ops in the final program (cad only)
     prompt_tokens: int           # tokens of the prompt
+    prompt_reused_tokens: int | None = None   # of them, positions the last run left in the cache (PromptReuse)
     decode_step_seconds: float | None = None  # median wall seconds of this run's one-token forwards
     decode_steps: int | None = None           # how many one-token forwards this run made
     requests: int | None = None               # completion requests to a server (remote engines only)

@@ -89,6 +89,12 @@ class SequenceCache:
     def length(self) -> int:
         return len(self.token_ids)
 
+    @property
+    def reusable(self) -> bool:
+        """True while the KV cache holds exactly `token_ids`, so a later run may keep a prefix of it
+        (handle.PromptReuse); a forward that failed half-way may have left more behind."""
+        return int(self._cache.get_seq_length()) == self.length
+
     def _forward(self, token_ids: Sequence[int], keep: int) -> torch.Tensor:
         # input_ids, position_ids: [1, S]; returns logits [keep, V]
         ids = [int(t) for t in token_ids]

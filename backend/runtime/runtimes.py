@@ -83,10 +83,11 @@ def open_engine(
     engine_kind: str | None = None,
     threads: int | None = None,
     limits: Any = None,
+    reuse_prompt: bool = False,
 ) -> Any:
     """An EditEngine: on a remote server when `engine_url` is given (then `engine_kind` is needed
     and `runtime` is ignored), else on `load_runtime(model, runtime)`. `limits`: an EditLimits
-    (default: the engine's)."""
+    (default: the engine's). `reuse_prompt`: see `EditEngine` (a server keeps its own prompt cache)."""
     from backend.runtime.request import EditLimits
 
     limits = limits or EditLimits()
@@ -99,4 +100,4 @@ def open_engine(
         return RemoteEditEngine(CompletionsClient(engine_url, engine_kind), model=model, limits=limits)
     from backend.runtime.engine import EditEngine
 
-    return EditEngine(load_runtime(model, runtime, threads=threads), limits=limits)
+    return EditEngine(load_runtime(model, runtime, threads=threads), limits=limits, reuse_prompt=reuse_prompt)
