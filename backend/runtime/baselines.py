@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
 from backend.runtime.events import DecodeEvent, DecodeMetrics, DecodeResult
-from backend.runtime.handle import DecodeCache, ModelHandle, prefill_prompt, reuse_prompt_prefix
+from backend.runtime.handle import DecodeCache, ModelHandle, prefill_prompt
 from backend.runtime.prompt_lookup import prompt_lookup_candidates
 from backend.runtime.sampling import make_generator, sample_token
 
@@ -144,8 +144,7 @@ def _prefilled_run(
     cache = loaded.new_cache()
     detok = _Detokenizer(loaded.tokenizer)
     started = time.perf_counter()
-    reused = reuse_prompt_prefix(cache, prompt)
-    first = prefill_prompt(cache, prompt[reused:], cancel)  # logits [V]; None when cancelled during the prefill
+    first, reused = prefill_prompt(cache, prompt, cancel)  # logits [V]; None when cancelled during the prefill
     produced = [choose(first, 0)] if first is not None else []
     prefill_seconds = time.perf_counter() - started
     run = _BaselineRun(prompt=prompt, cache=cache, detok=detok, prefill_seconds=prefill_seconds,

@@ -58,7 +58,7 @@ from backend.core.resolve import resolve_program
 from backend.runtime.decode_run import DecodeRun
 from backend.runtime.events import DecodeEvent, DecodeMetrics, DecodeResult
 from backend.runtime.grammar import Grammar
-from backend.runtime.handle import ModelHandle, prefill_prompt, reuse_prompt_prefix
+from backend.runtime.handle import ModelHandle, prefill_prompt
 from backend.runtime.hybrid import Drafting
 from backend.runtime.loop_guard import LoopGuard
 from backend.runtime.program_text import ForcedProgram, ProgramStream, check_forced, encode_text
@@ -288,8 +288,8 @@ def decode_program(
 def _decode(run: DecodeRun, prompt: list[int]) -> Iterator[DecodeEvent]:
     """Prefill the prompt, then climb the ladder until a step stops the run."""
     started = time.perf_counter()
-    run.prompt_reused = reuse_prompt_prefix(run.cache, prompt)  # 0 unless the handle is a PromptReuse
-    logits = prefill_prompt(run.cache, prompt[run.prompt_reused:], run.cancel)  # [V], None when cancelled
+    # logits [V], None when cancelled during the prefill; prompt_reused: 0 unless a PromptReuse handle
+    logits, run.prompt_reused = prefill_prompt(run.cache, prompt, run.cancel)
     prefill_seconds = time.perf_counter() - started
     run.started, run.base_forwards, run.base_steps = time.perf_counter(), run.cache.forwards, len(run.cache.step_seconds)
     if logits is None:
