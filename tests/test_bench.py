@@ -8,6 +8,7 @@ import pytest
 
 from backend.__main__ import main
 from backend.measure import strategy_bench as sb
+from backend.measure.forward_cost import FORWARD_SIZES
 from backend.runtime.prompt_lookup import DEFAULT_SETTING, parse_setting
 
 SOURCE = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n"
@@ -61,6 +62,11 @@ def test_bench_prints_every_strategy_and_one_json_line(corpus, capsys):
     assert set(bound["share_of_bound"]) == {"cad", "cad-hybrid", "cad-no-tag-drafts"}
     assert bound["share_of_bound"]["cad"] == pytest.approx(ratio / bound["bound_speedup"])
     assert f"cad measured {bound['share_of_bound']['cad']:.0%} of it" in out
+    # and priced after each forward's own context
+    assert bound["context_bound_speedup"] == pytest.approx(
+        bound["context_bound_plain_seconds"] / bound["context_bound_copy_seconds"])
+    assert bound["share_of_context_bound"]["cad"] == pytest.approx(ratio / bound["context_bound_speedup"])
+    assert f"(context-priced bound {bound['context_bound_speedup']:.3g}x" in out
 
 
 @pytest.mark.parametrize("argv__message", [
@@ -75,9 +81,7 @@ def test_bench_usage_errors(corpus, capsys, argv__message):
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
 
 
-def test_interpolate_and_shortlist():
-    cost = sb.interpolate({1: 1.0, 2: 1.5, 4: 2.0})
-    assert cost(1) == 1.0 and cost(3) == pytest.approx(1.75) and cost(8) == pytest.approx(4.0)
+def test_shortlist():
     ranked = {parse_setting(f"{n}/10"): {"predicted_seconds": float(5 - n), "forwards": 1} for n in (1, 2, 3, 4)}
     assert sb.shortlist(ranked, 1) == [DEFAULT_SETTING, parse_setting("4/10")]
     assert sb.shortlist(ranked, 3) == [DEFAULT_SETTING, parse_setting("4/10"), parse_setting("3/10")]
@@ -156,9 +160,10 @@ def test_bench_skip_leaves_out_the_optional_variants_and_warms_up_on_the_cheapes
     assert "warm-up round on rename " in err  # the second case: its target is the shorter
     assert "forward-cost table after" in err
     forward = summary["forward_cost"]
-    assert forward["context"] > 0 and set(forward["seconds"]) == {str(n) for n in sb.FORWARD_SIZES}
-    assert all(s > 0 for s in forward["seconds"].values())
-    assert f"one forward after {forward['context']} tokens: 1 tokens" in out
+    assert forward["contexts"] and all(int(c) > 0 for c in forward["contexts"])
+    for context, table in forward["contexts"].items():
+        assert set(table) == {str(n) for n in FORWARD_SIZES} and all(s > 0 for s in table.values())
+        assert f"one forward after {context} tokens: 1 tokens" in out
     # --prompt-reuse: both prompts of the file, read again on a second edit, keep all but the instruction
     reuse = summary["prompt_reuse"]
     assert set(reuse) == {"cad", "plain"} and all(0 < r["kept_tokens"] < r["prompt_tokens"] for r in reuse.values())
@@ -173,3 +178,29 @@ def test_only_the_optional_variants_can_be_skipped(corpus, capsys):
         sb.runners(object(), [DEFAULT_SETTING], skip=("ar",))
     assert main(["bench", str(corpus), "--model", "tiny-random", "--skip", "pld-best"]) == 2
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_bench_predict_only_times_no_strategy(corpus, capsys):
+    """--predict-only: the forward costs are timed, no strategy is; predicted seconds of plain
+    decoding, the default and best-predicted prompt lookup, and copy-as-decode's context-priced bound."""
+    code = main(["bench", str(corpus), "--model", "tiny-random", "--predict-only"])
+    out, err = capsys.readouterr()
+    assert code == 0, out
+    summary = json.loads(out.strip().splitlines()[-1])["corpora"][str(corpus)]
+    predicted = summary["predicted_seconds"]
+    assert set(predicted) == {"ar", "pld", "pld-best", "cad-bound"} and all(s > 0 for s in predicted.values())
+    assert "seconds" not in summary and "warm-up round" not in err and "round 1/" not in err
+    sweep = summary["sweep"]
+    assert len(sweep) == 20 and all(v["seconds"] is None for v in sweep.values())
+    assert predicted["pld-best"] == min(v["predicted_seconds"] for v in sweep.values()) <= predicted["pld"]
+    assert predicted["pld"] == sweep[DEFAULT_SETTING.label]["predicted_seconds"]
+    bound = summary["vs_bound"]
+    assert predicted["ar"] == bound["context_bound_plain_seconds"] and predicted["cad-bound"] == bound["context_bound_copy_seconds"]
+    assert summary["speedup_vs_pld_best"]["cad-bound"] == pytest.approx(predicted["pld-best"] / predicted["cad-bound"])
+    per_case = summary["per_case"]  # each case at the corpus's best setting; they sum to the corpus
+    assert set(per_case) == {c["id"] for c in CASES}
+    for key in ("ar", "pld-best", "cad-bound"):
+        assert sum(c[key] for c in per_case.values()) == pytest.approx(predicted[key])
+    assert "predicted, nothing timed" in out and "cad-bound" in out
+    assert main(["bench", str(corpus), "--model", "tiny-random", "--predict-only", "--runtime", "torch,llama.cpp"]) == 2
+    assert "--predict-only takes one runtime" in capsys.readouterr().err

@@ -14,6 +14,7 @@ from backend.runtime.prompt_lookup import (
     parse_setting,
     predicted_seconds,
     reference_forward_sizes,
+    reference_forwards,
 )
 
 
@@ -56,8 +57,51 @@ def test_forward_sizes_by_hand():
     sizes = reference_forward_sizes([1, 2, 3], [1, 2, 3, 9], PromptLookupSetting(2, 2))
     # forward 1: pending 1 + drafts [2, 3] -> both hit, bonus 9; forward 2: pending 9, nothing drafted -> end
     assert sizes == [3, 1]
+    # the cache holds prompt + output[:-1] before each: 3 tokens, then 3 + (1 2 3 9)[:-1]
+    assert reference_forwards([1, 2, 3], [1, 2, 3, 9], PromptLookupSetting(2, 2)) == [(3, 3), (1, 6)]
     assert reference_forward_sizes([5], [], DEFAULT_SETTING) == []
-    assert predicted_seconds([3, 1], lambda n: 0.01 * (1 + n / 10)) == pytest.approx(0.013 + 0.011)
+    cost = lambda n, context: 0.01 * (1 + n / 10) + 0.001 * context  # noqa: E731
+    assert predicted_seconds([(3, 3), (1, 6)], cost) == pytest.approx(0.013 + 0.003 + 0.011 + 0.006)
+
+
+class _RecordingCache:
+    """A model's cache that records (tokens, cache length before) of every forward after the prompt."""
+
+    def __init__(self, cache, forwards):
+        self._cache, self._forwards = cache, forwards
+
+    def __getattr__(self, name):
+        return getattr(self._cache, name)
+
+    def step(self, token):
+        self._forwards.append((1, self._cache.length))
+        return self._cache.step(token)
+
+    def append_span_all(self, ids):
+        self._forwards.append((len(ids), self._cache.length))
+        return self._cache.append_span_all(ids)
+
+
+@pytest.mark.parametrize("setting", [DEFAULT_SETTING, PromptLookupSetting(1, 128), PromptLookupSetting(4, 16)])
+def test_counted_contexts_equal_the_real_replays_cache_lengths(tiny_model, setting):
+    """The context `reference_forwards` prices each forward at is the cache length the real replay
+    runs that forward after."""
+    forwards: list[tuple[int, int]] = []
+
+    class Recording:
+        def __getattr__(self, name):
+            return getattr(tiny_model, name)
+
+        def new_cache(self):
+            return _RecordingCache(tiny_model.new_cache(), forwards)
+
+    encode = tiny_model.tokenizer.encode
+    prompt, target = encode("Edit:\n" + SOURCE), encode(TARGET)
+    result = run_to_result(replay_prompt_lookup(Recording(), prompt, target, max_ngram_size=setting.ngram,
+                                                num_pred_tokens=setting.drafts))
+    assert result.output == TARGET
+    assert forwards == reference_forwards(prompt, target, setting, eos_ids=tiny_model.eos_ids)
+    assert forwards[0][1] == len(prompt) and forwards[-1][1] > len(prompt)
 
 
 def test_dev_split_is_deterministic_disjoint_and_covering():
@@ -79,3 +123,25 @@ def test_fastest():
     assert fastest({a: 1.0, c: 1.0}) == c  # tie: smaller n-gram
     with pytest.raises(ValueError):
         fastest({})
+
+
+def test_the_ngram_index_drafts_what_the_scan_drafts():
+    """NgramIndex (used by the replay count and the live drafter) against prompt_lookup_candidates,
+    token by token over random and repetitive sequences, every n-gram size and a cut at EOS."""
+    import random
+
+    from backend.runtime.prompt_lookup import NgramIndex, prompt_lookup_candidates
+
+    rng = random.Random(7)
+    sequences = [[rng.randrange(6) for _ in range(300)], [rng.randrange(40) for _ in range(300)],
+                 [1, 2, 3, 4] * 30 + [9] + [1, 2, 3, 4] * 5]
+    for ids in sequences:
+        for ngram in (1, 2, 3, 4):
+            index = NgramIndex(ngram)
+            for end in range(len(ids) + 1):
+                for drafts, eos in ((10, ()), (3, (5,))):
+                    assert index.candidates(drafts, eos) == prompt_lookup_candidates(
+                        ids[:end], max_ngram_size=ngram, num_pred_tokens=drafts, eos_ids=eos), (ngram, end)
+                index.extend(ids[end:end + 1])
+    with pytest.raises(ValueError):
+        NgramIndex(0)

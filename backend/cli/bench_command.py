@@ -1,5 +1,5 @@
 """`bench CORPUS... [--limit K] [--model M] [--runtime torch|llama.cpp|torch,llama.cpp] [--repeats R] [--top N]
-       [--skip STRATEGY]... [--data-dir D] [--library-check K] [--prompt-reuse]`
+       [--skip STRATEGY]... [--data-dir D] [--library-check K] [--prompt-reuse] [--predict-only]`
 
 Reference replay of each case's target through one model with every strategy, measured in this
 process (backend/measure/strategy_bench.py says how): plain decoding (`ar`), prompt lookup at
@@ -31,8 +31,20 @@ would pick instead (issue 11). JSON: {"runtimes": {RT: {"corpora": ..., "step_se
 engine that reuses its cache (the app's; backend/measure/prompt_reuse.py), for the numbered and the
 plain prompt (JSON "prompt_reuse").
 
+Forward costs: one forward of 1-512 tokens is timed after the shortest prompt of the cases, after
+the longest context their replays reach and in the middle (backend/measure/forward_cost.py); the
+sweep's predictions and the bounds price each forward after the context it runs at, and the middle
+table, predicted from the outer two, says how far that linear model is off (JSON "forward_cost").
+
 The closed-form bound of the replayed programs, priced by the forward costs measured in the same run,
-is printed next to copy-as-decode's measured speed-up over `ar` (JSON "vs_bound": the share of it).
+is printed next to copy-as-decode's measured speed-up over `ar` (JSON "vs_bound": the share of it),
+with the context-priced bound beside it (each forward priced after the tokens before it).
+
+`--predict-only`: time no strategy; from the forward costs and the forward counts alone, print what
+plain decoding and every prompt-lookup setting would take and copy-as-decode's context-priced
+bound (the fastest any copy-as-decode program of these edits can be on this machine): minutes
+instead of an hour on long files, and the answer to "can copy-as-decode reach 2x the tuned peer
+here?" (JSON "predicted_seconds": ar, pld, pld-best, cad-bound). One runtime only.
 
 Prints a table per corpus (seconds, forwards, exact, x vs ar, x vs pld-best) and the sweep, then
 one JSON line: {"corpora": {NAME: {"seconds": {STRATEGY: s}, "forwards": {STRATEGY: n}, ...}}, ...}.
@@ -71,6 +83,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="also time transformers' generate (greedy, prompt lookup) against our loops on K cases")
     parser.add_argument("--prompt-reuse", action="store_true",
                         help="also time each prompt cold and on a second edit of the same file (prompt reuse)")
+    parser.add_argument("--predict-only", action="store_true",
+                        help="time no strategy: predict from forward counts and this machine's forward costs")
     parser.set_defaults(handler=cmd_bench)
 
 
@@ -110,9 +124,12 @@ def _open(model: str | None, runtime: str) -> Any:
 
 
 def bench_corpus(engine: Any, cases: list[Any], *, repeats: int, top: int, library: int | None = None,
-                 limit: int | None = None, skip: tuple[str, ...] = (), prompt_reuse: bool = False) -> dict[str, Any]:
+                 limit: int | None = None, skip: tuple[str, ...] = (), prompt_reuse: bool = False,
+                 predict_only: bool = False) -> dict[str, Any]:
     """One corpus: prepare the first `limit` cases that fit the context (the others are skipped and
-    listed), rank the sweep, time every strategy but `skip`, summarise (see strategy_bench)."""
+    listed), time the forward costs, rank the sweep, time every strategy but `skip` (or, with
+    `predict_only`, none), summarise (see strategy_bench)."""
+    from backend.measure import forward_cost as fc
     from backend.measure import strategy_bench as sb
     from backend.runtime.engine import EditError
 
@@ -122,22 +139,17 @@ def bench_corpus(engine: Any, cases: list[Any], *, repeats: int, top: int, libra
         raise UsageError(str(error)) from None
     if not prepared:
         raise UsageError(f"no case fits {engine.name}'s context ({len(skipped)} too long)")
-    context = int(sum(len(c.plain.prompt_ids) for c in prepared) / len(prepared))
-    _progress(f"{len(prepared)} cases, {sum(len(c.plain.target_ids) for c in prepared)} target tokens; "
-              f"forward-cost table after {context} tokens")
-    table = sb.forward_cost_table(engine.loaded, context)
-    cost = sb.interpolate(table)
+    _progress(f"{len(prepared)} cases, {sum(len(c.plain.target_ids) for c in prepared)} target tokens")
+    cost = _forward_costs(engine, prepared)
+    _progress(f"counting the forwards of {len(sb.SWEEP)} prompt-lookup settings (no model)")
     ranked = sb.rank_settings(engine.loaded, prepared, cost)
-    run = sb.runners(engine, sb.shortlist(ranked, top), skip=skip)
-    warm = sb.cheapest(prepared)
-    _progress(f"warm-up round on {warm.id} ({len(warm.plain.target_ids)} target tokens): {', '.join(run)}")
-    sb.time_cases([warm], run, 1)  # first forwards (and first grammar builds) are several times slower
-    timings = sb.time_cases(prepared, run, repeats, progress=_progress)
-    summary = sb.summarize(timings, ranked)
-    summary["vs_bound"] = sb.versus_bound(engine, prepared, cost, summary["speedup_vs_ar"])
-    summary["forward_cost"] = {"context": context, "seconds": {str(n): s for n, s in table.items()}}
+    if predict_only:
+        summary = sb.predict(engine, prepared, cost, ranked)
+    else:
+        summary = _timed(engine, prepared, ranked, cost, repeats=repeats, top=top, skip=skip)
+    summary["forward_cost"] = {"contexts": cost.to_dict(), "linearity_check": fc.linearity_check(cost)}
     summary["skipped_too_long"] = skipped
-    if library and getattr(engine.loaded, "model", None) is not None:
+    if library and not predict_only and getattr(engine.loaded, "model", None) is not None:
         summary["library_check"] = sb.library_check(engine, prepared[:library])
     if prompt_reuse:
         from backend.measure.prompt_reuse import measure_prompt_reuse
@@ -147,42 +159,101 @@ def bench_corpus(engine: Any, cases: list[Any], *, repeats: int, top: int, libra
     return summary
 
 
+def _forward_costs(engine: Any, prepared: list[Any]) -> Any:
+    """Forward costs timed after the shortest prompt, the longest context the replays reach
+    (numbered prompt + target) and the middle one (forward_cost.timed_contexts)."""
+    from backend.measure import forward_cost as fc
+
+    shortest = min(len(c.plain.prompt_ids) for c in prepared)
+    longest = max(len(c.program.prompt_ids) + len(c.plain.target_ids) for c in prepared)
+    return fc.measure(engine.loaded, fc.timed_contexts(shortest, longest, engine.context_length), progress=_progress)
+
+
+def _timed(engine: Any, prepared: list[Any], ranked: Any, cost: Any, *, repeats: int, top: int,
+           skip: tuple[str, ...]) -> dict[str, Any]:
+    """Every strategy timed after a warm-up round on the cheapest case, summarised with the bounds."""
+    from backend.measure import strategy_bench as sb
+
+    run = sb.runners(engine, sb.shortlist(ranked, top), skip=skip)
+    warm = sb.cheapest(prepared)
+    _progress(f"warm-up round on {warm.id} ({len(warm.plain.target_ids)} target tokens): {', '.join(run)}")
+    sb.time_cases([warm], run, 1)  # first forwards (and first grammar builds) are several times slower
+    timings = sb.time_cases(prepared, run, repeats, progress=_progress)
+    summary = sb.summarize(timings, ranked)
+    summary["vs_bound"] = sb.versus_bound(engine, prepared, cost, summary["speedup_vs_ar"])
+    return summary
+
+
 def _progress(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
 def _table(name: str, summary: dict[str, Any]) -> str:
+    if "predicted_seconds" in summary:
+        return _prediction_table(name, summary)
     rows = [[s, summary["seconds"][s], summary["forwards"][s], summary["exact"][s],
              summary["speedup_vs_ar"][s], summary["speedup_vs_pld_best"][s]] for s in summary["seconds"]]
-    skipped = summary.get("skipped_too_long") or []
-    head = (f"{name}: {summary['cases']} cases, pld-best = {summary['pld_best_setting']}"
-            + (f"; skipped as too long for the context: {len(skipped)}" if skipped else ""))
+    head = _head(name, summary)
     bound = summary.get("vs_bound") or {}
     share = (bound.get("share_of_bound") or {}).get("cad")
     if bound.get("bound_speedup") is not None and share is not None:
         head += f"; closed-form bound {bound['bound_speedup']:.3g}x vs ar, cad measured {share:.0%} of it"
+    in_context = (bound.get("share_of_context_bound") or {}).get("cad")
+    if bound.get("context_bound_speedup") is not None and in_context is not None:
+        head += f" (context-priced bound {bound['context_bound_speedup']:.3g}x, {in_context:.0%} of it)"
     main = format_table(["strategy", "seconds", "forwards", "exact", "x vs ar", "x vs pld-best"], rows)
-    forward = _forward_cost_line(summary.get("forward_cost"))
-    sweep = sorted(summary["sweep"].items(), key=lambda kv: kv[1]["predicted_seconds"])
-    sweep_rows = [[label, v["forwards"], v["predicted_seconds"], v["seconds"] if v["seconds"] is not None else "-"]
-                  for label, v in sweep]
+    forward = _forward_cost_lines(summary.get("forward_cost"))
     if summary.get("prompt_reuse"):
         from backend.measure.prompt_reuse import reuse_line
 
         forward += "\n" + reuse_line(summary["prompt_reuse"])
-    return "\n".join([head, main, forward, "", "sweep (predicted from forward counts; timed where shown)",
-                      format_table(["setting", "forwards", "predicted s", "measured s"], sweep_rows), _library(summary), ""])
+    return "\n".join([head, main, forward, "", *_sweep(summary), _library(summary), ""])
 
 
-def _forward_cost_line(forward: dict[str, Any] | None) -> str:
-    """One forward's cost per token at a few sizes: what bounds every multi-token strategy (a copy,
-    a prompt-lookup draft) against a decode step on this machine."""
+def _head(name: str, summary: dict[str, Any]) -> str:
+    skipped = summary.get("skipped_too_long") or []
+    return (f"{name}: {summary['cases']} cases, pld-best = {summary['pld_best_setting']}"
+            + (f"; skipped as too long for the context: {len(skipped)}" if skipped else ""))
+
+
+def _sweep(summary: dict[str, Any]) -> list[str]:
+    sweep = sorted(summary["sweep"].items(), key=lambda kv: kv[1]["predicted_seconds"])
+    rows = [[label, v["forwards"], v["predicted_seconds"], v["seconds"] if v["seconds"] is not None else "-"]
+            for label, v in sweep]
+    return ["sweep (predicted from forward counts; timed where shown)",
+            format_table(["setting", "forwards", "predicted s", "measured s"], rows)]
+
+
+def _prediction_table(name: str, summary: dict[str, Any]) -> str:
+    """--predict-only: predicted seconds of each strategy and cad's context-priced bound."""
+    seconds = summary["predicted_seconds"]
+    rows = [[s, seconds[s], summary["speedup_vs_ar"][s], summary["speedup_vs_pld_best"][s]] for s in seconds]
+    head = _head(name, summary) + " (predicted, nothing timed; cad-bound: the fastest any copy-as-decode program can be)"
+    main = format_table(["strategy", "predicted s", "x vs ar", "x vs pld-best"], rows)
+    leads = sorted((c["cad_bound_vs_pld_best"] or 0.0) for c in summary["per_case"].values())
+    spread = (f"per case, cad-bound vs pld-best ({summary['pld_best_setting']}): min {leads[0]:.2f}x, "
+              f"median {leads[len(leads) // 2]:.2f}x, max {leads[-1]:.2f}x; >= 2x on {sum(x >= 2 for x in leads)} "
+              f"of {len(leads)} cases")
+    return "\n".join([head, main, spread, _forward_cost_lines(summary.get("forward_cost")), "", *_sweep(summary), ""])
+
+
+def _forward_cost_lines(forward: dict[str, Any] | None) -> str:
+    """One forward's cost per token at a few sizes after each timed context (what bounds every
+    multi-token strategy against a decode step on this machine), and the linearity check."""
     if not forward:
         return ""
-    seconds = {int(n): s for n, s in forward["seconds"].items()}
-    parts = [f"{n} tokens {seconds[n] * 1000:.1f} ms ({seconds[n] * 1000 / n:.2f} ms/token)" for n in sorted(seconds)
-             if n in (1, 8, 64, max(seconds))]
-    return f"one forward after {forward['context']} tokens: " + ", ".join(parts)
+    lines = []
+    for context, table in forward["contexts"].items():
+        seconds = {int(n): s for n, s in table.items()}
+        parts = [f"{n} tokens {seconds[n] * 1000:.1f} ms ({seconds[n] * 1000 / n:.2f} ms/token)"
+                 for n in sorted(seconds) if n in (1, 8, 64, max(seconds))]
+        lines.append(f"one forward after {context} tokens: " + ", ".join(parts))
+    check = forward.get("linearity_check")
+    if check and check.get("median_abs_error") is not None:
+        worst = max(abs(e) for e in check["relative_error"].values())
+        lines.append(f"after {check['context']} tokens, predicted from the outer two contexts: "
+                     f"median error {check['median_abs_error']:.1%}, worst {worst:.1%}")
+    return "\n".join(lines)
 
 
 def _library(summary: dict[str, Any]) -> str:
@@ -201,6 +272,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     runtimes = [_resolve(r.strip(), args.model) for r in args.runtime.split(",") if r.strip()]
     if not runtimes or len(set(runtimes)) != len(runtimes):
         raise UsageError(f"--runtime {args.runtime!r}: name each runtime once (torch, llama.cpp)")
+    if args.predict_only and len(runtimes) > 1:
+        raise UsageError("--predict-only takes one runtime")
     load_start = os.getloadavg()[0]
     per_runtime: dict[str, dict[str, Any]] = {}
     name = ""
@@ -210,7 +283,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         step = engine.step_seconds(warmup=5, steps=31) if len(runtimes) > 1 else None
         per_runtime[runtime] = {"step_seconds": step, "corpora": {
             corpus: bench_corpus(engine, cases, repeats=args.repeats, top=args.top, library=args.library_check,
-                                 limit=args.limit, skip=tuple(args.skip), prompt_reuse=args.prompt_reuse)
+                                 limit=args.limit, skip=tuple(args.skip), prompt_reuse=args.prompt_reuse,
+                                 predict_only=args.predict_only)
             for corpus, cases in corpora.items()}}
         del engine  # one model in memory at a time
     load_end = os.getloadavg()[0]
@@ -230,7 +304,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _all_exact(results: dict[str, Any]) -> bool:
-    return all(all(r["exact"].values()) for r in results.values())
+    """Every timed output equal to its target (--predict-only times none: nothing to differ)."""
+    return all(all(r.get("exact", {}).values()) for r in results.values())
 
 
 def versus_fastest_plain(per_runtime: dict[str, dict[str, Any]]) -> dict[str, Any]:

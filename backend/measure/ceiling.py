@@ -60,6 +60,8 @@ class ProgramStats:
     copy_spans: tuple[int, ...]  # attributed tokens of each copy op, in program order
     gens: int
     ops: int
+    # (is a copy, attributed tokens, tag tokens) of each op in program order: what `context_bound` walks
+    op_tokens: tuple[tuple[bool, int, int], ...] = ()
 
     @property
     def coverage(self) -> float | None:
@@ -191,6 +193,8 @@ def program_stats(
         copy_spans=tuple(n for op, n in zip(ops, attributed) if not isinstance(op, Gen)),
         gens=sum(isinstance(op, Gen) for op in ops),
         ops=len(ops),
+        op_tokens=tuple((not isinstance(op, Gen), n, sum(tag_count(tag) for tag in tag_text(op)))
+                        for op, n in zip(ops, attributed)),
     )
 
 
@@ -262,6 +266,23 @@ def bound(stats: Iterable[ProgramStats], kernel: Kernel) -> Bound:
         one = case_bound(item, kernel)
         plain += one.plain_seconds
         copy += one.copy_seconds
+    return Bound(plain, copy)
+
+
+def context_bound(stats: ProgramStats, *, plain_prompt: int, program_prompt: int,
+                  cost: Callable[[int, int], float]) -> Bound:
+    """The bound with each forward priced after the context it runs at (`cost(n, context)`, seconds
+    of one n-token forward): plain decoding's i-th step after plain_prompt + i tokens; the program's
+    tag and generated tokens one step each and each copy one forward, after program_prompt + the
+    tokens before it (tags included). The closed form prices every forward at one context, so on
+    long files it under-prices plain decoding's late steps more than the program's few forwards."""
+    plain = sum(cost(1, plain_prompt + i) for i in range(stats.gold_tokens))
+    copy, context = 0.0, program_prompt
+    for is_copy, tokens, tags in stats.op_tokens:
+        copy += sum(cost(1, context + j) for j in range(tags))
+        context += tags
+        copy += cost(max(1, tokens), context) if is_copy else sum(cost(1, context + j) for j in range(tokens))
+        context += tokens
     return Bound(plain, copy)
 
 

@@ -9,15 +9,18 @@ Reference replay (each case's target forced through the model) with:
     cad         copy-as-decode: the oracle program, copies in one forward each
     cad-hybrid  copy-as-decode whose gens are also drafted by prompt lookup (when the decoder has it)
 
-Why the sweep times only a few settings: in reference mode the forwards a setting runs are known
-without the model (`prompt_lookup.reference_forward_sizes`); their seconds are predicted from a
-table of one forward's seconds per token count measured here, and only the `top` best-predicted
-settings (plus the default) are timed. The prediction is reported next to the measurement.
+Why the sweep times only a few settings: in reference mode the forwards a setting runs, and the
+context before each, are known without the model (`prompt_lookup.reference_forwards`); their
+seconds are predicted by this machine's cost of one forward per token count and context
+(`forward_cost.ForwardCost`, timed in the same run), and only the `top` best-predicted settings
+(plus the default) are timed. The prediction is reported next to the measurement.
 
 Bound: the closed-form wall-clock bound of the replayed programs (`ceiling.bound`: plain = gold
 tokens x one step; copy-as-decode = (generated + tag tokens) x one step + one forward per copied
-span), priced by the same forward-cost table, so each copy-as-decode variant's measured speed-up
-over `ar` is reported as a share of the bound measured in this run and at this context.
+span), priced by the same forward costs after the cases' mean prompt, so each copy-as-decode
+variant's measured speed-up over `ar` is reported as a share of the bound measured in this run.
+Beside it the context-priced bound (`ceiling.context_bound`): every forward priced after the tokens
+before it, which on long files is the closer one (plain decoding's late steps cost more).
 
 Timing: after a warm-up, cases run one after another and, within a case, every strategy runs
 back to back, `repeats` times (median per case), so each ratio compares runs of the same moment.
@@ -42,11 +45,10 @@ from backend.runtime.prompt_lookup import (
     fastest,
     parse_setting,
     predicted_seconds,
-    reference_forward_sizes,
+    reference_forwards,
 )
 
 STRATEGIES = ("ar", "pld", "pld-best", "cad", "cad-hybrid")
-FORWARD_SIZES = (1, 2, 4, 8, 16, 32, 64, 129, 512)  # tokens per forward timed for the cost table
 CAD_VARIANTS = ("cad", "cad-hybrid", "cad-no-tag-drafts")
 OPTIONAL_VARIANTS = ("cad-hybrid", "cad-no-tag-drafts")  # `runners(skip=...)` may leave these out
 
@@ -106,81 +108,63 @@ def prepare_fitting(engine: Any, cases: Sequence[Any], limit: int | None) -> tup
     return kept, skipped
 
 
-def forward_cost_table(loaded: Any, context: int, *, repeats: int = 3) -> dict[int, float]:
-    """Median seconds of one forward of n tokens (n in FORWARD_SIZES) after `context` tokens."""
-    size = int(loaded.vocab_size)
-    ids = [1000 + (i * 7919) % max(1, size - 1000) for i in range(context + max(FORWARD_SIZES))]
-    cache = loaded.new_cache()
-    cache.append_span(ids[:context])
-    table = {}
-    for n in FORWARD_SIZES:
-        samples = []
-        for _ in range(repeats + 1):
-            started = time.perf_counter()
-            cache.append_span_all(ids[context:context + n])
-            samples.append(time.perf_counter() - started)
-            cache.rollback(n)
-        table[n] = statistics.median(samples[1:])
-    return table
-
-
-def interpolate(table: dict[int, float]) -> Callable[[int], float]:
-    """Seconds of a forward of n tokens, linear between the timed sizes (flat beyond the last)."""
-    sizes = sorted(table)
-
-    def seconds(n: int) -> float:
-        for low, high in zip(sizes, sizes[1:]):
-            if n <= high:
-                share = (n - low) / (high - low) if n > low else 0.0
-                return table[low] + share * (table[high] - table[low])
-        return table[sizes[-1]] * n / sizes[-1]
-
-    return seconds
-
-
 class TableKernel:
-    """A forward-cost table as the bound's kernel: a decode step is a 1-token forward, a copy of n
-    tokens one n-token forward (both measured in this run, after the cases' mean prompt)."""
+    """A forward-cost model as the closed-form bound's kernel: a decode step is a 1-token forward, a
+    copy of n tokens one n-token forward, both after `context` tokens (measured in this run)."""
 
-    def __init__(self, cost: Callable[[int], float]) -> None:
-        self.cost = cost
-        self.step_seconds = cost(1)
+    def __init__(self, cost: Callable[[int, int], float], context: int) -> None:
+        self.cost, self.context = cost, context
+        self.step_seconds = cost(1, context)
 
     def prefill_seconds(self, n: int) -> float:
-        return self.cost(n)
+        return self.cost(n, self.context)
 
 
-def versus_bound(engine: Any, cases: Sequence[PreparedCase], cost: Callable[[int], float],
+def mean_prompt(cases: Sequence[PreparedCase]) -> int:
+    """The cases' mean plain prompt length: the one context of the closed-form bound."""
+    return int(sum(len(c.plain.prompt_ids) for c in cases) / max(1, len(cases)))
+
+
+def versus_bound(engine: Any, cases: Sequence[PreparedCase], cost: Callable[[int, int], float],
                  speedup_vs_ar: dict[str, float | None]) -> dict[str, Any]:
     """The bound of the programs the cases replay (the oracle's cost programs, as `cad` forces them)
-    priced by `cost`, and each copy-as-decode variant's measured speed-up over ar as a share of it."""
+    priced by `cost` in closed form and by context, and each copy-as-decode variant's measured
+    speed-up over ar as a share of each (no variant measured: the bounds alone)."""
     from backend.core.oracle import oracle_program
-    from backend.measure.ceiling import bound, program_stats
+    from backend.measure.ceiling import Bound, bound, context_bound, program_stats
 
     tokenize = engine.text_tokenizer()
-    stats = []
+    stats, per_case = [], {}
     for case in cases:
         request = case.program.request
         ops = oracle_program(request.source, request.target, objective="cost", tokenize=tokenize)
         stats.append(program_stats(ops, request.source, request.target, tokenize=tokenize))
-    priced = bound(stats, TableKernel(cost))
+        per_case[case.id] = context_bound(stats[-1], plain_prompt=len(case.plain.prompt_ids),
+                                          program_prompt=len(case.program.prompt_ids), cost=cost)
+    by_context = Bound(sum(b.plain_seconds for b in per_case.values()), sum(b.copy_seconds for b in per_case.values()))
+    priced = bound(stats, TableKernel(cost, mean_prompt(cases)))
     bound_speedup = ratio(priced.plain_seconds, priced.copy_seconds)
+    context_speedup = ratio(by_context.plain_seconds, by_context.copy_seconds)
     measured = {k: v for k, v in speedup_vs_ar.items() if k in CAD_VARIANTS}
     return {"bound_speedup": bound_speedup, "bound_plain_seconds": priced.plain_seconds,
             "bound_copy_seconds": priced.copy_seconds, "measured_speedup": measured,
             "share_of_bound": {k: ratio(v, bound_speedup) for k, v in measured.items()},
+            "context_bound_speedup": context_speedup, "context_bound_plain_seconds": by_context.plain_seconds,
+            "context_bound_copy_seconds": by_context.copy_seconds,
+            "share_of_context_bound": {k: ratio(v, context_speedup) for k, v in measured.items()},
+            "context_bound_per_case": {i: b.to_dict() for i, b in per_case.items()},
             "tag_tokens": sum(x.tag_tokens for x in stats), "generated_tokens": sum(x.generated_tokens for x in stats),
             "copy_spans": sum(len(x.copy_spans) for x in stats)}
 
 
-def rank_settings(loaded: Any, cases: Sequence[PreparedCase], cost: Callable[[int], float]) -> dict[PromptLookupSetting, dict[str, float]]:
+def rank_settings(loaded: Any, cases: Sequence[PreparedCase], cost: Callable[[int, int], float]) -> dict[PromptLookupSetting, dict[str, float]]:
     """Every sweep setting's forwards and predicted decode seconds summed over the cases."""
     ranked = {}
     for setting in SWEEP:
-        sizes = [reference_forward_sizes(c.plain.prompt_ids, c.plain.target_ids, setting, eos_ids=loaded.eos_ids)
-                 for c in cases]
-        ranked[setting] = {"forwards": sum(len(s) for s in sizes),
-                           "predicted_seconds": sum(predicted_seconds(s, cost) for s in sizes)}
+        forwards = [reference_forwards(c.plain.prompt_ids, c.plain.target_ids, setting, eos_ids=loaded.eos_ids)
+                    for c in cases]
+        ranked[setting] = {"forwards": sum(len(f) for f in forwards),
+                           "predicted_seconds": sum(predicted_seconds(f, cost) for f in forwards)}
     return ranked
 
 
@@ -281,6 +265,33 @@ def summarize(timings: dict[str, dict[str, Timing]], ranked: dict[PromptLookupSe
         "sweep": {s.label: {"forwards": int(r["forwards"]), "predicted_seconds": r["predicted_seconds"],
                             "seconds": swept[s]["seconds"] if s in swept else None} for s, r in ranked.items()},
     }
+
+
+def predict(engine: Any, cases: Sequence[PreparedCase], cost: Callable[[int, int], float],
+             ranked: dict[PromptLookupSetting, dict[str, float]]) -> dict[str, Any]:
+    """`bench --predict-only`: what timing would show, from forward counts and `cost` alone. Plain
+    decoding is one step per target token after the prompt, prompt lookup's settings are `ranked`,
+    and `cad-bound` is the context-priced bound of the oracle programs (one forward per copy, one
+    step per tag or generated token): the least time any copy-as-decode program of these edits
+    takes here (tag drafts and jump-forward can beat it by a few steps per copy)."""
+    bound = versus_bound(engine, cases, cost, {})
+    best = min(ranked, key=lambda s: (ranked[s]["predicted_seconds"], s))
+    seconds = {"ar": bound["context_bound_plain_seconds"], "pld": ranked[DEFAULT_SETTING]["predicted_seconds"],
+               "pld-best": ranked[best]["predicted_seconds"], "cad-bound": bound["context_bound_copy_seconds"]}
+    per_case = {}
+    for case in cases:  # each case with the corpus's best setting: on which files cad could lead by how much
+        one = bound["context_bound_per_case"][case.id]
+        lookup = predicted_seconds(reference_forwards(case.plain.prompt_ids, case.plain.target_ids, best,
+                                                      eos_ids=engine.loaded.eos_ids), cost)
+        per_case[case.id] = {"ar": one["plain_seconds"], "pld-best": lookup, "cad-bound": one["copy_seconds"],
+                             "cad_bound_vs_pld_best": ratio(lookup, one["copy_seconds"])}
+    return {"cases": len(cases), "predicted_seconds": seconds, "pld_best_setting": best.label, "per_case": per_case,
+            "forwards": {"pld": int(ranked[DEFAULT_SETTING]["forwards"]), "pld-best": int(ranked[best]["forwards"])},
+            "speedup_vs_ar": {k: ratio(seconds["ar"], v) for k, v in seconds.items()},
+            "speedup_vs_pld_best": {k: ratio(seconds["pld-best"], v) for k, v in seconds.items()},
+            "sweep": {s.label: {"forwards": int(r["forwards"]), "predicted_seconds": r["predicted_seconds"], "seconds": None}
+                      for s, r in ranked.items()},
+            "vs_bound": bound}
 
 
 def library_check(engine: Any, cases: Sequence[PreparedCase], *, max_new_tokens: int = 64) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from backend.runtime.events import DecodeEvent, DecodeMetrics, DecodeResult
 from backend.runtime.handle import DecodeCache, ModelHandle, prefill_prompt
-from backend.runtime.prompt_lookup import prompt_lookup_candidates
+from backend.runtime.prompt_lookup import NgramIndex, prompt_lookup_candidates
 from backend.runtime.sampling import make_generator, sample_token
 
 __all__ = [
@@ -263,10 +263,18 @@ def _forced(target_ids: Sequence[int]) -> Chooser:
 
 
 def _prompt_lookup(max_ngram_size: int, num_pred_tokens: int, eos_ids: Sequence[int]) -> Drafter:
+    """prompt_lookup_candidates for one run, by an n-gram index extended with each call's new tokens
+    (prompt + output only grows in a run) instead of a scan of the whole sequence per forward."""
+    index = NgramIndex(max_ngram_size)
+
     def drafter(ids: list[int], room: int) -> list[int]:
-        return prompt_lookup_candidates(
-            ids, max_ngram_size=max_ngram_size, num_pred_tokens=min(num_pred_tokens, max(room, 1)), eos_ids=eos_ids
-        )
+        nonlocal index
+        known = len(index.ids)
+        if len(ids) < known or ids[:known] != index.ids:  # not a continuation: index it afresh
+            index = NgramIndex(max_ngram_size, ids)
+        else:
+            index.extend(ids[known:])
+        return index.candidates(min(num_pred_tokens, max(room, 1)), eos_ids)
 
     return drafter
 
