@@ -134,6 +134,9 @@ def _head(snapshot: Snapshot, mode: str, max_new_tokens: int | None, run_seconds
     basis = snapshot.metrics.get("plain_estimate_basis")
     if basis and snapshot.metrics.get("speedup") is not None:
         head += f"; speed-up is an estimate: plain decoding priced at the {basis} per output token"
+    rest = snapshot.metrics.get("copied_rest")
+    if rest:  # backend/runtime/early_end.py: the program ended before the input did
+        head += f"; the model's program ended early, so input lines {rest} were copied unchanged"
     return head + (f"; note: {result.error}" if result is not None and result.error else "")
 
 

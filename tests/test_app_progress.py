@@ -83,6 +83,14 @@ def test_finish_text__says_how_much_of_the_prompt_a_second_edit_kept():
     assert "0.40 s reading the prompt (eos)" in text and "kept from the last run" not in text
 
 
+def test_finish_text__says_when_the_decoder_copied_the_rest_of_the_input():
+    snapshot = _done("eos")
+    assert "copied unchanged" not in finish_text(snapshot, mode="model")
+    snapshot.metrics["copied_rest"] = "100-155"  # backend/runtime/early_end.py
+    assert "the model's program ended early, so input lines 100-155 were copied unchanged" in (
+        finish_text(snapshot, mode="model"))
+
+
 def _done(stop: str, *, strategy: str = "cad", error: str | None = None) -> Snapshot:
     result = DecodeResult(strategy, "model", "x\n", None, stop != "eos", stop, error, _metrics())
     return Snapshot(strategy, (), "", "x\n", {"elapsed_seconds": 1.0}, (), done=True, result=result,

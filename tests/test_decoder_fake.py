@@ -301,3 +301,37 @@ def test_loop_guard_shortens_a_long_gen():
     assert guard.add(Gen("y" * 100)) == f"stopped: the model repeated <gen>{'y' * 40}…</gen> 2 times"
     with pytest.raises(ValueError):
         LoopGuard(repeats=1)
+
+
+def test_an_early_end_after_a_copy_copies_the_rest_of_the_input(grammar):
+    """backend/runtime/early_end.py: the model ends after `<copy lines="1-1"/><copy lines="3-3"/>`
+    of a 4-line input (line 2 deleted, then it stopped): with copy_rest the decoder appends
+    `<copy lines="4-4"/>`, the output keeps line 4, the metrics say which lines; without it the
+    program is the model's own and line 4 is lost."""
+    ops = [CopyLines(1, 1), CopyLines(3, 3)]
+    _, raw = decode(FakeModel(context_text(ops, SOURCE)), grammar)
+    assert raw.output == "one\nthree\n" and raw.metrics.copied_rest is None
+    events, kept = decode(FakeModel(context_text(ops, SOURCE)), grammar, copy_rest=True)
+    assert kept.stop_reason == "eos" and not kept.partial and kept.error is None
+    assert kept.output == "one\nthree\nfour\n" and kept.metrics.copied_rest == "4-4"
+    assert kept.program == raw.program + '<copy lines="4-4"/>' and kept.metrics.copies == 3
+    assert "".join(e.text for e in events if e.kind == "copy").endswith("four\n")  # streamed like any copy
+
+
+@pytest.mark.parametrize("ops", [
+    [CopyLines(1, 2), CopyLines(4, 4)],           # a copy reached the last line
+    [CopyLines(1, 3), Gen("FOUR\n")],              # ends with a gen: it may replace the tail
+    [CopyLines(3, 4), CopyLines(1, 1)],            # the last line was copied, not last
+])
+def test_a_program_that_reaches_the_end_or_ends_with_a_gen_is_left_as_written(grammar, ops):
+    _, result = decode(FakeModel(context_text(ops, SOURCE)), grammar, copy_rest=True)
+    assert result.output == resolve_program(ops, SOURCE) and result.metrics.copied_rest is None
+
+
+def test_a_reference_replay_never_copies_the_rest(grammar):
+    """A forced program is the program: a deletion of the last line replays as written."""
+    ops = [CopyLines(1, 3)]
+    program = reference_program(ops)
+    _, result = decode(FakeModel(context_text(ops, SOURCE)), grammar, force_program=program, copy_rest=True,
+                       max_new_tokens=None)
+    assert result.output == "one\ntwo\nthree\n" and result.metrics.copied_rest is None

@@ -66,6 +66,8 @@ def register(subparsers: Any) -> None:
     evaluate.add_argument("--max-new-tokens", type=int, default=768)
     evaluate.add_argument("--data-dir", default=None)
     evaluate.add_argument("--out", default=None, help="also write per-case results (JSONL) here")
+    evaluate.add_argument("--no-copy-rest", action="store_true",
+                          help="measure the model's programs as written: an early end does not copy the rest of the input")
     _add_runtime_flags(evaluate, remote=True)  # llama.cpp: the adapter merged into a copy of the base GGUF
     evaluate.set_defaults(handler=cmd_evaluate)
 
@@ -130,8 +132,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit <= 0:
         raise UsageError("--limit must be positive")
     engine = load_engine(args.model, **_runtime_options(args))  # a server too: model mode needs no logits here
+    if args.no_copy_rest:
+        engine.copy_rest = False
     evaluation = Evaluation(engine, strategies=strategies, speed_limit=args.speed_limit, max_new_tokens=args.max_new_tokens)
-    document: dict[str, Any] = {"model": engine.name, "runtime": engine.loaded.runtime, "strategies": list(strategies), "corpora": {}}
+    document: dict[str, Any] = {"model": engine.name, "runtime": engine.loaded.runtime, "strategies": list(strategies),
+                                "copy_rest": bool(getattr(engine, "copy_rest", False)), "corpora": {}}
     table_rows, all_rows = [], []
     for name in args.corpora:
         try:

@@ -67,6 +67,8 @@ class DecodeRun:
     prompt_reused: int = 0     # prompt positions a previous run left in the cache (handle.PromptReuse)
     started: float = 0.0
     drafting: Drafting | None = None  # tag openings and (hybrid) prompt-lookup drafts in gens (hybrid.py)
+    copy_rest: bool = False  # model mode: an early end after a copy copies the rest (early_end.py)
+    copied_rest: tuple[int, int] | None = None  # the lines that rule copied, when it did
 
     @property
     def fsm(self) -> TokenFSM:

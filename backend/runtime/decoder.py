@@ -60,6 +60,7 @@ from backend.runtime.events import DecodeEvent, DecodeMetrics, DecodeResult
 from backend.runtime.grammar import Grammar
 from backend.runtime.handle import ModelHandle, prefill_prompt
 from backend.runtime.hybrid import Drafting
+from backend.runtime.early_end import copy_tag, rest_to_copy
 from backend.runtime.loop_guard import LoopGuard
 from backend.runtime.program_text import ForcedProgram, ProgramStream, check_forced, encode_text
 from backend.runtime.prompt_lookup import PromptLookupSetting
@@ -166,6 +167,28 @@ def jump_forward(run: DecodeRun) -> list[DecodeEvent]:
     return program_events(run, text.encode("utf-8"), "tag", len(ids)) + complete_ops(run, completed)
 
 
+def copy_the_rest(run: DecodeRun) -> list[DecodeEvent]:
+    """After the model's EOS: when the program ended right after a copy that no copy reached the
+    input's end from, append a copy of the rest (backend/runtime/early_end.py); else nothing."""
+    if not run.copy_rest or run.forced is not None or run.stop_reason != "eos":
+        return []
+    rest = rest_to_copy(run.ops, run.state.n_lines)
+    if rest is None:
+        return []
+    tag = copy_tag(*rest)
+    ids = encode_text(run.tokenizer, tag)
+    probe, completed = run.state, list[Op]()
+    for token in ids:
+        step = run.fsm.advance(probe, token)
+        probe = step.state
+        completed.extend(step.completed)
+    run.state, run.copied_rest = probe, rest
+    run.pending.extend(ids)
+    run.program.extend(tag.encode("utf-8"))
+    run.counts.tag += len(ids)
+    return program_events(run, tag.encode("utf-8"), "tag", len(ids)) + complete_ops(run, completed)
+
+
 def complete_ops(run: DecodeRun, completed: Sequence[Op]) -> list[DecodeEvent]:
     """Record completed ops; a copy's text joins `pending` (one "copy" event each). The loop
     guard sees every op and stops the run when the program repeats itself."""
@@ -241,6 +264,7 @@ def decode_program(
     prompt_ids: Sequence[int] | None = None,
     hybrid: PromptLookupSetting | None = None,
     tag_drafts: bool = True,
+    copy_rest: bool = False,
 ) -> Iterator[DecodeEvent]:
     """Copy-as-decode: the model writes a program under the FSM; copies enter the cache in one
     forward each. Yields tag / copy / gen events, then one done event with the DecodeResult.
@@ -254,6 +278,7 @@ def decode_program(
     decodes every chosen tag token in its own step (to measure what the drafts save).
     `prompt_ids`: the program prompt already tokenised (default: `program_prompt_ids` in the
     model's prompt style).
+    `copy_rest` (model mode): an early end after a copy copies the rest (early_end.py).
     Stops at EOS ("eos"), the end of a forced program ("complete"), `max_new_tokens` program tokens
     or a full context ("max_tokens", partial), `cancel` ("cancel", partial) or, in model mode, a
     program repeating itself ("loop", partial); a partial program resolves its completed ops plus
@@ -281,6 +306,7 @@ def decode_program(
         sampling=(temperature, top_p, make_generator(seed) if temperature > 0 and forced is None else None),
         guard=LoopGuard() if forced is None else None,
         drafting=Drafting(hybrid, next_token, take_token, jump_forward, tags=tag_drafts),
+        copy_rest=copy_rest and force_program is None,
     )
     return _decode(run, list(prompt_ids))
 
@@ -309,6 +335,7 @@ def _decode(run: DecodeRun, prompt: list[int]) -> Iterator[DecodeEvent]:
                 break
             yield from take_token(run, token)
             yield from jump_forward(run)
+        yield from copy_the_rest(run)  # the model's EOS may come from a tag-draft forward too
     except Exception as exc:  # never raise mid-stream: the error goes into the result
         run.stop("error", f"{type(exc).__name__}: {exc}")
     result = finish(run, prompt_tokens=len(prompt), prefill_seconds=prefill_seconds)
@@ -346,6 +373,7 @@ def finish(run: DecodeRun, *, prompt_tokens: int, prefill_seconds: float) -> Dec
         output_tokens=output_tokens, program_tokens=counts.program,
         copies=sum(isinstance(op, CopyLines) for op in final_ops), prompt_tokens=prompt_tokens,
         prompt_reused_tokens=run.prompt_reused or None,
+        copied_rest=f"{run.copied_rest[0]}-{run.copied_rest[1]}" if run.copied_rest else None,
         **DecodeMetrics.step_timing(run.cache.step_seconds[run.base_steps:]),
     )
     return DecodeResult(

@@ -55,15 +55,18 @@ class PreparedEdit:
 class EditEngine:
     """Runs edits on one loaded model. Thread-safe: runs are serialised by one lock."""
 
-    def __init__(self, loaded: ModelHandle, *, limits: EditLimits = EditLimits(), reuse_prompt: bool = False) -> None:
+    def __init__(self, loaded: ModelHandle, *, limits: EditLimits = EditLimits(), reuse_prompt: bool = False,
+                 copy_rest: bool = True) -> None:
         """`reuse_prompt`: each run starts from the cache the last one left and reads only the part of
         its prompt that differs (`handle.PromptReuse`; for the interactive app). Off by default: a
-        measurement wants every prompt read cold."""
+        measurement wants every prompt read cold. `copy_rest`: a model-written program that ends
+        early after a copy gets the rest of the input copied (backend/runtime/early_end.py)."""
         if loaded.tokenizer is None:
             raise EditError(f"model {loaded.name} has no tokenizer: it can time kernels only")
         self.loaded = loaded
         self.decoding: ModelHandle = PromptReuse(loaded) if reuse_prompt else loaded
         self.limits = limits
+        self.copy_rest = copy_rest
         self.lock = threading.Lock()
         self._step_seconds: float | None = None
         self._text_tokenizer: Any = None
@@ -179,6 +182,7 @@ class EditEngine:
             return decode_program(
                 loaded, source, instruction, max_new_tokens=request.max_new_tokens, temperature=temperature,
                 top_p=top_p, seed=seed, cancel=cancel, grammar=self.grammar, prompt_ids=prepared.prompt_ids,
+                copy_rest=self.copy_rest,
             )
         if request.strategy == "ar":
             return decode_plain(loaded, list(prepared.prompt_ids), max_new_tokens=request.max_new_tokens,

@@ -84,10 +84,12 @@ def open_engine(
     threads: int | None = None,
     limits: Any = None,
     reuse_prompt: bool = False,
+    copy_rest: bool = True,
 ) -> Any:
     """An EditEngine: on a remote server when `engine_url` is given (then `engine_kind` is needed
     and `runtime` is ignored), else on `load_runtime(model, runtime)`. `limits`: an EditLimits
-    (default: the engine's). `reuse_prompt`: see `EditEngine` (a server keeps its own prompt cache)."""
+    (default: the engine's). `reuse_prompt`, `copy_rest`: see `EditEngine` (a server keeps its own
+    prompt cache; a remote engine's server-side grammar does not copy the rest)."""
     from backend.runtime.request import EditLimits
 
     limits = limits or EditLimits()
@@ -100,4 +102,5 @@ def open_engine(
         return RemoteEditEngine(CompletionsClient(engine_url, engine_kind), model=model, limits=limits)
     from backend.runtime.engine import EditEngine
 
-    return EditEngine(load_runtime(model, runtime, threads=threads), limits=limits, reuse_prompt=reuse_prompt)
+    return EditEngine(load_runtime(model, runtime, threads=threads), limits=limits, reuse_prompt=reuse_prompt,
+                      copy_rest=copy_rest)

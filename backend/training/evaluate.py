@@ -137,6 +137,7 @@ class Evaluation:
                 row["line_similarity"] = line_similarity(result.output, case.target)
                 row["program"] = result.program
                 row["error"] = result.error
+                row["copied_rest"] = getattr(result.metrics, "copied_rest", None)  # early_end.py
         return row
 
     def _budget(self, strategy: str, case: EditCase) -> int:
@@ -167,6 +168,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "exact_match": outcomes["exact"] / cases if cases else 0.0,
         "failures": dict(sorted((k, v) for k, v in outcomes.items() if k != "exact")),
         "line_similarity": sum(r.get("line_similarity", 0.0) for r in rows) / cases if cases else 0.0,
+        "copied_rest": sum(bool(r.get("copied_rest")) for r in rows),  # programs the decoder ended with the rest
         "per_kind": per_kind,
         "speed": pooled_speed(rows),
     }
