@@ -157,14 +157,16 @@ def versus_bound(engine: Any, cases: Sequence[PreparedCase], cost: Callable[[int
             "copy_spans": sum(len(x.copy_spans) for x in stats)}
 
 
-def rank_settings(loaded: Any, cases: Sequence[PreparedCase], cost: Callable[[int, int], float]) -> dict[PromptLookupSetting, dict[str, float]]:
-    """Every sweep setting's forwards and predicted decode seconds summed over the cases."""
+def rank_settings(loaded: Any, cases: Sequence[PreparedCase], cost: Callable[[int, int], float]) -> dict[PromptLookupSetting, dict[str, Any]]:
+    """Every sweep setting's forwards and predicted decode seconds summed over the cases (and the
+    seconds of each case, by id: `predict` reports them per case)."""
     ranked = {}
     for setting in SWEEP:
         forwards = [reference_forwards(c.plain.prompt_ids, c.plain.target_ids, setting, eos_ids=loaded.eos_ids)
                     for c in cases]
-        ranked[setting] = {"forwards": sum(len(f) for f in forwards),
-                           "predicted_seconds": sum(predicted_seconds(f, cost) for f in forwards)}
+        per_case = {c.id: predicted_seconds(f, cost) for c, f in zip(cases, forwards)}
+        ranked[setting] = {"forwards": sum(len(f) for f in forwards), "predicted_seconds": sum(per_case.values()),
+                           "per_case_seconds": per_case}
     return ranked
 
 
@@ -268,7 +270,7 @@ def summarize(timings: dict[str, dict[str, Timing]], ranked: dict[PromptLookupSe
 
 
 def predict(engine: Any, cases: Sequence[PreparedCase], cost: Callable[[int, int], float],
-             ranked: dict[PromptLookupSetting, dict[str, float]]) -> dict[str, Any]:
+             ranked: dict[PromptLookupSetting, dict[str, Any]]) -> dict[str, Any]:
     """`bench --predict-only`: what timing would show, from forward counts and `cost` alone. Plain
     decoding is one step per target token after the prompt, prompt lookup's settings are `ranked`,
     and `cad-bound` is the context-priced bound of the oracle programs (one forward per copy, one
@@ -281,8 +283,7 @@ def predict(engine: Any, cases: Sequence[PreparedCase], cost: Callable[[int, int
     per_case = {}
     for case in cases:  # each case with the corpus's best setting: on which files cad could lead by how much
         one = bound["context_bound_per_case"][case.id]
-        lookup = predicted_seconds(reference_forwards(case.plain.prompt_ids, case.plain.target_ids, best,
-                                                      eos_ids=engine.loaded.eos_ids), cost)
+        lookup = ranked[best]["per_case_seconds"][case.id]
         per_case[case.id] = {"ar": one["plain_seconds"], "pld-best": lookup, "cad-bound": one["copy_seconds"],
                              "cad_bound_vs_pld_best": ratio(lookup, one["copy_seconds"])}
     return {"cases": len(cases), "predicted_seconds": seconds, "pld_best_setting": best.label, "per_case": per_case,
