@@ -123,3 +123,22 @@ def test_plain__streams_gen_events_then_done() -> None:
     result = events[-1].result
     assert result.output == "a = 1\nb = 5\n" and result.stop_reason == "eos" and result.strategy == "ar"
     assert "grammar" not in client.bodies[0] and client.bodies[0]["max_tokens"] == 10
+
+
+def test_early_end_after_a_copy__the_rest_is_copied_on_the_client() -> None:
+    script = [(['<copy lines="', '1-1'], "stop"), (["<gen>", "b = 5\n"], "stop"), (['<copy lines="3-3'], "stop"), ([], "stop")]
+    events = list(remote_program(FakeClient(script), SOURCE, "change b", counter=count, max_new_tokens=100, copy_rest=True))
+    result = events[-1].result
+    assert result.stop_reason == "eos" and result.output == "a = 1\nb = 5\nc = 3\nd = 4\n"
+    assert result.metrics.copied_rest == "4-4" and result.metrics.copies == 3
+    assert [e.text for e in events if e.kind == "copy"][-1] == "d = 4\n"
+    assert result.program.endswith('<copy lines="4-4"/>')
+    # off (the default of remote_program): the program as the model ended it, line 4 dropped
+    _, raw = run(FakeClient(script))
+    assert raw.output == "a = 1\nb = 5\nc = 3\n" and raw.metrics.copied_rest is None
+
+
+def test_early_end_after_a_gen__nothing_is_added() -> None:
+    script = [(['<copy lines="', '1-1'], "stop"), (["<gen>", "b = 5\n"], "stop"), ([], "stop")]
+    events = list(remote_program(FakeClient(script), SOURCE, "change b", counter=count, max_new_tokens=100, copy_rest=True))
+    assert events[-1].result.output == "a = 1\nb = 5\n" and events[-1].result.metrics.copied_rest is None

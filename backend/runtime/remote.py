@@ -38,6 +38,7 @@ from typing import Any
 from backend.core.lines import line_count
 from backend.core.program import CopyLines, Gen, Op
 from backend.core.resolve import resolve_program
+from backend.runtime.early_end import copy_tag, rest_to_copy
 from backend.runtime.decoder import ProgramStream
 from backend.runtime.events import DecodeEvent, DecodeMetrics, DecodeResult
 from backend.runtime.prompt import _render, plain_messages, program_messages
@@ -111,9 +112,10 @@ def _program_events(stream: ProgramStream, text: str, run: _Run) -> Iterator[Dec
 def remote_program(
     client: CompletionsClient, source: str, instruction: str | None, *, counter: Callable[[str], int],
     template: Any = None, max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
-    seed: int | None = None, cancel: threading.Event | None = None,
+    seed: int | None = None, cancel: threading.Event | None = None, copy_rest: bool = False,
 ) -> Iterator[DecodeEvent]:
-    """Copy-as-decode through a remote engine (see the module docstring); events, then done."""
+    """Copy-as-decode through a remote engine (see the module docstring); events, then done.
+    `copy_rest`: an early end after a copy copies the rest of the input, as in process (early_end.py)."""
     n_lines = line_count(source)
     grammar = ItemGrammar(item_regex(n_lines), item_gbnf(n_lines))
     context = _render(template, program_messages(source, instruction))
@@ -146,6 +148,8 @@ def remote_program(
                     ops.append(Gen(text[len(GEN_PREFIX):]))  # as in-process: an unclosed gen's text is kept
             elif not text:
                 stop_reason = "eos"
+                if copy_rest:
+                    yield from _copy_the_rest(ops, source, stream, run, counts)
             elif text.startswith(GEN_PREFIX):
                 yield from _program_events(stream, GEN_STOP, run)
                 ops.append(Gen(text[len(GEN_PREFIX):]))
@@ -164,6 +168,24 @@ def remote_program(
     except (RemoteError, ValueError) as exc:
         stop_reason, error = "error", str(exc)
     yield _done(ops, source, stop_reason, error, run, counts)
+
+
+def _copy_the_rest(ops: list[Op], source: str, stream: ProgramStream, run: _Run,
+                   counts: dict[str, int]) -> Iterator[DecodeEvent]:
+    """After the server's end: a program that ended right after a copy short of the input's end
+    gets a copy of the rest, as in process (backend/runtime/early_end.py); else nothing."""
+    rest = rest_to_copy(ops, line_count(source))
+    if rest is None:
+        return
+    op = CopyLines(*rest)
+    yield from _program_events(stream, copy_tag(*rest), run)
+    copied = resolve_program([op], source)
+    n = run.counter(copied)
+    counts["copied"] += n
+    counts["copies"] += 1
+    counts["rest_first"], counts["rest_last"] = rest
+    ops.append(op)
+    yield run.event("copy", copied, n)
 
 
 def _checked_copy(client: CompletionsClient, context: str, text: str, n_lines: int, run: _Run,
@@ -205,6 +227,7 @@ def _done(ops: list[Op], source: str, stop_reason: str | None, error: str | None
     metrics = _metrics(
         run, tokens_copied=counts["copied"], tokens_generated=generated, tokens_tag=max(0, run.tokens - generated),
         output_tokens=output_tokens, program_tokens=run.tokens, copies=counts["copies"], range_retries=counts["retries"],
+        copied_rest=f"{counts['rest_first']}-{counts['rest_last']}" if counts.get("rest_first") else None,
     )
     result = DecodeResult(
         strategy="cad", mode="model", output=output, program=_program_text(ops), partial=stop_reason in ("max_tokens", "cancel"),

@@ -65,8 +65,10 @@ def _counter_for(spec: ModelSpec) -> Any:
 class RemoteEditEngine(EditEngine):
     """Edits through a vLLM / SGLang / llama.cpp server. Same calls and errors as EditEngine."""
 
-    def __init__(self, client: CompletionsClient, *, model: str | None = None, limits: EditLimits = EditLimits()) -> None:
+    def __init__(self, client: CompletionsClient, *, model: str | None = None, limits: EditLimits = EditLimits(),
+                 copy_rest: bool = True) -> None:
         spec = spec_for(model or default_model_name())
+        self.copy_rest = copy_rest  # as EditEngine: an early end after a copy copies the rest (early_end.py)
         self.client = client
         self.counter = _counter_for(spec)
         self.loaded = RemoteModel(spec=spec, url=client.root, kind=client.kind, tokenizer=self.counter)
@@ -104,12 +106,13 @@ class RemoteEditEngine(EditEngine):
 
     def _events(self, prepared: PreparedEdit, cancel: threading.Event | None) -> Iterator[DecodeEvent]:
         request = prepared.request
-        decode = remote_program if request.strategy == "cad" else remote_plain
-        return decode(
-            self.client, request.source, request.instruction, counter=self.counter.count,
-            max_new_tokens=request.max_new_tokens, temperature=request.temperature, top_p=request.top_p,
-            seed=request.seed, cancel=cancel,
+        options: dict[str, Any] = dict(
+            counter=self.counter.count, max_new_tokens=request.max_new_tokens, temperature=request.temperature,
+            top_p=request.top_p, seed=request.seed, cancel=cancel,
         )
+        if request.strategy == "cad":
+            return remote_program(self.client, request.source, request.instruction, copy_rest=self.copy_rest, **options)
+        return remote_plain(self.client, request.source, request.instruction, **options)
 
     def _measure_step(self, context_tokens: int, warmup: int, steps: int) -> float:
         """Seconds per generated token: (time of an N-token request - time of a 1-token request) /

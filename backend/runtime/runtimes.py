@@ -89,7 +89,7 @@ def open_engine(
     """An EditEngine: on a remote server when `engine_url` is given (then `engine_kind` is needed
     and `runtime` is ignored), else on `load_runtime(model, runtime)`. `limits`: an EditLimits
     (default: the engine's). `reuse_prompt`, `copy_rest`: see `EditEngine` (a server keeps its own
-    prompt cache; a remote engine's server-side grammar does not copy the rest)."""
+    prompt cache; a remote engine copies the rest on the client, after the server's end)."""
     from backend.runtime.request import EditLimits
 
     limits = limits or EditLimits()
@@ -99,7 +99,7 @@ def open_engine(
 
         if not engine_kind:
             raise ValueError("--engine-url needs --engine-kind (vllm, sglang or llamacpp)")
-        return RemoteEditEngine(CompletionsClient(engine_url, engine_kind), model=model, limits=limits)
+        return RemoteEditEngine(CompletionsClient(engine_url, engine_kind), model=model, limits=limits, copy_rest=copy_rest)
     from backend.runtime.engine import EditEngine
 
     return EditEngine(load_runtime(model, runtime, threads=threads), limits=limits, reuse_prompt=reuse_prompt,
