@@ -68,12 +68,14 @@ def unified_diff(before: str, after: str) -> str:
     return "".join(out) or "(no changes)"
 
 
-def format_metrics(metrics: dict[str, Any], *, failed: bool = False) -> dict[str, str]:
-    """Metric name -> text. A failed run shows no speed-up: its output is not the edit asked for."""
+def format_metrics(metrics: dict[str, Any], *, failed: bool = False, unchanged: bool = False) -> dict[str, str]:
+    """Metric name -> text. A failed run, or one that changed nothing (`is_unchanged`), shows no
+    speed-up: its output is not the edit asked for."""
     def seconds(value: Any) -> str:
         return "—" if value is None else f"{float(value):.2f} s"
 
     speedup = metrics.get("speedup")
+    claim = "—" if speedup is None else f"{float(speedup):.2f}×"
     return {
         "elapsed": seconds(metrics.get("elapsed_seconds")),
         "copied": str(metrics.get("tokens_copied", 0)),
@@ -82,7 +84,7 @@ def format_metrics(metrics: dict[str, Any], *, failed: bool = False) -> dict[str
         "forwards": str(metrics.get("forwards", 0)),
         "rate": f"{float(metrics.get('tokens_per_second') or 0.0):.1f}",
         "plain": seconds(metrics.get("estimated_plain_seconds")) + _basis_tag(metrics.get("plain_estimate_basis")),
-        "speedup": "— (failed)" if failed else ("—" if speedup is None else f"{float(speedup):.2f}×"),
+        "speedup": "— (failed)" if failed else ("— (no change)" if unchanged else claim),
     }
 
 
@@ -111,7 +113,15 @@ def is_failure(snapshot: Snapshot, mode: str) -> bool:
     return mode == "model" and snapshot.strategy == "cad" and stop == "max_tokens"
 
 
-def _head(snapshot: Snapshot, mode: str, max_new_tokens: int | None, run_seconds: float | None) -> str:
+def is_unchanged(snapshot: Snapshot, mode: str, source: str | None) -> bool:
+    """A model-mode run that finished with the input as its output: the instruction was not carried
+    out (the shipped model's most common failure: a gen repeating the line it stands for)."""
+    return (mode == "model" and source is not None and snapshot.result is not None and not is_failure(snapshot, mode)
+            and stop_reason(snapshot) != "cancel" and snapshot.result.output == source)
+
+
+def _head(snapshot: Snapshot, mode: str, max_new_tokens: int | None, run_seconds: float | None,
+          source: str | None = None) -> str:
     result, stop = snapshot.result, stop_reason(snapshot)
     elapsed = float(snapshot.metrics.get("elapsed_seconds") or 0.0)
     prefill = snapshot.metrics.get("prefill_seconds")
@@ -127,6 +137,9 @@ def _head(snapshot: Snapshot, mode: str, max_new_tokens: int | None, run_seconds
             why += f" ({run_seconds:g} s)"
         detail = snapshot.error or (result.error if result is not None else None)
         return f"FAILED: {why}" + (f": {detail}" if detail else "") + f" · after {timing} · what it produced is kept, marked partial"
+    if is_unchanged(snapshot, mode, source):
+        return (f"NO CHANGE: the model's program copies the input unchanged, so the instruction was not "
+                f"carried out · after {timing} · try rewording the instruction or name the line")
     if stop == "max_tokens":
         limit = f" ({max_new_tokens})" if max_new_tokens else ""
         return f"stopped at the max new tokens limit{limit} after {timing} — partial result"
@@ -141,8 +154,9 @@ def _head(snapshot: Snapshot, mode: str, max_new_tokens: int | None, run_seconds
 
 
 def finish_text(snapshot: Snapshot, *, mode: str = "reference", max_new_tokens: int | None = None,
-                run_seconds: float | None = None) -> str:
-    """The status line of a finished run, in plain words: outcome · saved or not · first span."""
+                run_seconds: float | None = None, source: str | None = None) -> str:
+    """The status line of a finished run, in plain words: outcome · saved or not · first span.
+    `source` (the input) lets a model-mode run that changed nothing say so."""
     extra = snapshot.extra
     edit: EditRecord | None = extra.get("edit")
     if edit is not None:
@@ -151,4 +165,4 @@ def finish_text(snapshot: Snapshot, *, mode: str = "reference", max_new_tokens: 
         saved = f"NOT saved: {extra.get('save_error', 'unknown error')}"
     first = snapshot.first_span_seconds
     first_text = f" · first span after {first:.2f} s" if first is not None else ""
-    return f"{_head(snapshot, mode, max_new_tokens, run_seconds)} · {saved}{first_text}"
+    return f"{_head(snapshot, mode, max_new_tokens, run_seconds, source)} · {saved}{first_text}"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from app import charts
-from app.present import adopt_line_endings, finish_text, format_metrics, is_failure, line_endings
+from app.present import adopt_line_endings, finish_text, format_metrics, is_failure, is_unchanged, line_endings
 from app.progress import RunTracker, Snapshot
 from app.tabs.compare import compare_row, compare_table, length_note
 from backend.runtime.events import DecodeEvent, DecodeMetrics, DecodeResult
@@ -89,6 +89,18 @@ def test_finish_text__says_when_the_decoder_copied_the_rest_of_the_input():
     snapshot.metrics["copied_rest"] = "100-155"  # backend/runtime/early_end.py
     assert "the model's program ended early, so input lines 100-155 were copied unchanged" in (
         finish_text(snapshot, mode="model"))
+
+
+def test_finish_text__a_model_run_that_changed_nothing_says_so_and_claims_no_speed_up():
+    snapshot = _done("eos")  # its output is "x\n"
+    assert is_unchanged(snapshot, "model", "x\n") and not is_unchanged(snapshot, "model", "y\n")
+    assert not is_unchanged(snapshot, "reference", "x\n")  # a forced target equal to the input is what was asked
+    text = finish_text(snapshot, mode="model", source="x\n")
+    assert text.startswith("NO CHANGE: the model's program copies the input unchanged")
+    assert "done in" not in finish_text(snapshot, mode="model", source="x\n")
+    assert finish_text(snapshot, mode="model", source="y\n").startswith("done in")
+    assert format_metrics({"speedup": 9.0}, unchanged=True)["speedup"] == "— (no change)"
+    assert not is_unchanged(_done("loop"), "model", "x\n")  # a failure is said as a failure
 
 
 def _done(stop: str, *, strategy: str = "cad", error: str | None = None) -> Snapshot:

@@ -188,6 +188,9 @@ def test_model_mode_edit_reports_its_real_outcome(ui, service):
         assert row["partial"] == 1 and "max new tokens limit (24)" in merged[e.status]
         assert merged[e.status].startswith("FAILED: the model did not finish its program")
         assert merged[e.metrics["speedup"]] == "— (failed)"
+    elif row["output"] == row["input"]:  # a finished program that changed nothing is said plainly
+        assert row["partial"] == 0 and merged[e.status].startswith("NO CHANGE: the model's program copies the input")
+        assert merged[e.metrics["speedup"]] == "— (no change)"
     else:
         assert row["partial"] == 0 and row["error"] is None and merged[e.status].startswith("done in")
 

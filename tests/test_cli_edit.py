@@ -140,3 +140,35 @@ def test_replay_tunes_prompt_lookup_on_a_dev_split_it_never_times(capsys):
     assert tuple(tuned["setting"]) in {(s.ngram, s.drafts) for s in SWEEP}
     assert document["tuned_lookup"] == "per corpus, chosen on a dev split" and "tuned on 3 dev cases" in err
     assert main(["replay", "humanevalpack-python", "--model", "tiny-random", "--tune-on", "3"]) == 2
+
+
+class _EngineReturning:
+    """A stand-in engine (logic test of the command's reporting): one done event with `output`."""
+
+    name = "stand-in"
+
+    def __init__(self, output, stop_reason="eos"):
+        self.output, self.stop_reason, self.copy_rest = output, stop_reason, True
+
+    def run(self, source, instruction, **options):
+        from backend.runtime.events import DecodeEvent, DecodeMetrics, DecodeResult
+
+        metrics = DecodeMetrics(tokens_copied=9, tokens_generated=0, tokens_tag=8, forwards=2, wall_seconds=0.1,
+                                prefill_seconds=0.1, tokens_per_second=90.0, jump_forward_tokens=0,
+                                boundary_retokenized=0, accepted_draft_tokens=0, output_tokens=9, prompt_tokens=30)
+        result = DecodeResult("cad", "model", self.output, '<copy lines="1-5"/>', self.stop_reason != "eos",
+                              self.stop_reason, None, metrics)
+        yield DecodeEvent("done", "", 0, 2, 0.1, result)
+
+
+@pytest.mark.parametrize("output, unchanged", [(SOURCE, True), (TARGET, False)])
+def test_edit_model_mode__an_output_equal_to_the_input_is_said(files, capsys, monkeypatch, output, unchanged):
+    import backend.cli.edit_commands as edit_commands
+
+    engine = _EngineReturning(output)
+    monkeypatch.setattr(edit_commands, "load_engine", lambda *a, **k: engine)
+    code = main(["edit", "--source", str(files[0]), "--instruction", "Multiply.", "--no-copy-rest"])
+    out, err = capsys.readouterr()
+    assert code == 0 and engine.copy_rest is False  # --no-copy-rest reached the engine
+    assert last_json(out).get("unchanged", False) is unchanged
+    assert ("the model's program changed nothing" in err) is unchanged

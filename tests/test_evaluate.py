@@ -44,6 +44,10 @@ CASE = EditCase("c", "a\nb\n", "a\nB\n")
     (FakeResult("", "error", "", "boom"), "invalid"),
     (FakeResult("a\nC\n", "eos", '<copy lines="1-1"/><gen>C\n</gen>'), "wrong_gen_text"),
     (FakeResult("a\nB\n", "eos", '<copy lines="1-1"/><gen>B\n</gen>', "late error"), "invalid"),
+    # the output is the input: a gen that repeats the line it stands for, or copies of everything
+    (FakeResult("a\nb\n", "eos", '<copy lines="1-1"/><gen>b\n</gen>'), "no_change"),
+    (FakeResult("a\nb\n", "eos", '<copy lines="1-1"/><copy lines="2-2"/>'), "no_change"),
+    (FakeResult("a\nb\n", "max_tokens", '<copy lines="1-2"/><gen>', "incomplete program"), "unfinished"),
 ])
 def test_classify__result__outcome(result, outcome):
     assert classify(result, CASE, [CopyLines(1, 1), Gen("B\n")]) == outcome

@@ -17,6 +17,7 @@ from app.present import (
     finish_text,
     format_metrics,
     is_failure,
+    is_unchanged,
     line_endings,
     spans_value,
     unified_diff,
@@ -224,9 +225,10 @@ class EditTab:
         step = service.step_seconds(run.model)
         for snap in service.stream_run(run, session_id=session.id, cancel=cancel):
             failed = snap.done and is_failure(snap, request.mode)
+            unchanged = snap.done and is_unchanged(snap, request.mode, request.source)
             update: dict[Any, Any] = {
                 self.stream: spans_value(snap.spans), self.program: snap.program, self.output: snap.output,
-                **self._metric_values(snap.metrics, failed=failed),
+                **self._metric_values(snap.metrics, failed=failed, unchanged=unchanged),
             }
             if snap.done or time.monotonic() - last_chart >= CHART_EVERY_S:
                 last_chart = time.monotonic()
@@ -237,7 +239,7 @@ class EditTab:
                 update[self.download] = service.downloads.write(snap.output, upload_name or "output.txt")
                 update[self.status] = finish_text(
                     snap, mode=request.mode, max_new_tokens=request.max_new_tokens,
-                    run_seconds=service.config.run_seconds,
+                    run_seconds=service.config.run_seconds, source=request.source,
                 ) + (f" · note: {note}" if note else "")
                 update[self.cancel_button] = gr.update(interactive=False)
             elif snap.spans or snap.metrics.get("forwards"):
@@ -246,8 +248,8 @@ class EditTab:
                 update[self.status] = f"reading the prompt… {snap.wall_seconds:.1f} s"
             yield update
 
-    def _metric_values(self, metrics: dict[str, Any], *, failed: bool = False) -> dict[Any, str]:
-        texts = format_metrics(metrics, failed=failed)
+    def _metric_values(self, metrics: dict[str, Any], *, failed: bool = False, unchanged: bool = False) -> dict[Any, str]:
+        texts = format_metrics(metrics, failed=failed, unchanged=unchanged)
         return {self.metrics[name]: texts[name] for name in METRIC_NAMES}
 
     # -- reopening a stored edit (History) -----------------------------------------------------

@@ -1,11 +1,13 @@
 """Commands that run a model: `edit` (one edit, streamed) and `replay` (reference replay of corpora).
 
 `edit --model M --source F --instruction TEXT [--strategy cad|ar|pld] [--lookup N/K] [--max-new-tokens N]
-      [--temperature T] [--top-p P] [--seed S] [--target F]`
+      [--temperature T] [--top-p P] [--seed S] [--target F] [--no-copy-rest]`
     Streams what the model writes to stderr as it is produced (for cad: the program; for ar / pld:
     the text), then prints to stdout the resolved output, a metrics table and, as the last line,
     one JSON document. With --target the run is in reference mode (the target is forced through
-    the model; for cad, its oracle program) and the JSON says whether the output equals it.
+    the model; for cad, its oracle program) and the JSON says whether the output equals it. In
+    model mode an output equal to the input is said on stderr and marked `"unchanged": true`.
+    --no-copy-rest: an early end is left as the model wrote it (backend/runtime/early_end.py).
 
 `replay CORPUS... [--model M] [--limit K] [--data-dir D] [--lookup N/K]`
     Measures, for each case, reference replay of the target through the same model with every
@@ -84,6 +86,8 @@ def cmd_edit(args: argparse.Namespace) -> int:
     from backend.runtime.request import CLI_LIMITS
 
     engine = load_engine(args.model, limits=CLI_LIMITS, **_runtime_options(args))  # the app's rules: no empty input, no blank instruction
+    if args.no_copy_rest:  # backend/runtime/early_end.py: the raw program, as the model ended it
+        engine.copy_rest = False
     try:
         events = engine.run(
             source, args.instruction, strategy=args.strategy, mode=mode, target=target,
@@ -114,6 +118,9 @@ def cmd_edit(args: argparse.Namespace) -> int:
     if target is not None:
         document["exact_match"] = result.output == target
         rows.append(["exact_match", document["exact_match"]])
+    elif result.output == source and not result.partial and result.stop_reason != "error":
+        document["unchanged"] = True  # the model's program copies the input: the instruction was not carried out
+        print("note: the output equals the input: the model's program changed nothing", file=sys.stderr)
     sys.stdout.write(result.output if result.output.endswith("\n") or not result.output else result.output + "\n")
     emit(format_table(["metric", "value"], rows), document)
     return 0
@@ -262,6 +269,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--top-p", type=float, default=1.0, metavar="P")
     p.add_argument("--seed", type=int, default=None, metavar="S")
     p.add_argument("--target", default=None, metavar="F", help="the desired result: reference mode")
+    p.add_argument("--no-copy-rest", action="store_true",
+                   help="keep the program as the model ended it (default: an early end after a copy copies the rest)")
     _add_runtime_flags(p, remote=True)
     p.set_defaults(handler=cmd_edit)
 

@@ -6,6 +6,9 @@ copy-as-decode run (`classify`):
     exact            the output equals the target (and no error was reported)
     unfinished       the program did not end (token limit, context full, loop, cancel)
     invalid          it ended but cannot be resolved (or the decoder reported an error)
+    no_change        it ended with an output equal to the input: the instruction was not carried out
+                     (the largest failure of the shipped model: a gen that repeats the line it stands
+                     for, or an early end whose rest was copied)
     off_by_one_start / off_by_one_end   same items as the oracle program, one copy's start / end off by 1
     wrong_range      same item kinds as the oracle, a copy range off by more
     wrong_gen_text   every copy range right, a generated text wrong
@@ -67,6 +70,8 @@ def classify(result: Any, case: EditCase, oracle_ops: list[Any]) -> str:
         return "invalid"
     if result.error:
         return "invalid"
+    if result.output == case.source:
+        return "no_change"
     return compare_programs(ops, oracle_ops)
 
 
