@@ -150,6 +150,10 @@ def test_compare_speedup_is_per_output_token_and_says_when_lengths_differ():
     assert table[1][8] == "3.92×" and table[0][8] == "1.00×"
     assert "the outputs differ (plain decoding 200, copy-as-decode 157 tokens)" in length_note(rows)
     assert length_note(rows[:1]) == ""
+    assert table[1][10] == "(model mode)"
+    unchanged = compare_row("cad", {"elapsed_seconds": 1.0, "output_tokens": 157}, stop="eos", mode="model",
+                            produced_target=False, edit_id=3, unchanged=True)
+    assert compare_table([unchanged])[0][10] == "✗ changed nothing"  # the edit asked for was not made
 
 
 def test_downloads_share_one_folder_pruned_and_removed_on_close(tmp_path, monkeypatch):

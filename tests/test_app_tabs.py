@@ -332,6 +332,19 @@ def test_history_lists_reopens_exports_and_deletes_after_confirming(ui, service)
     assert "has no stored edits" in h.reopen(edit_session.id)[h.status]
 
 
+def test_reopening_a_model_edit_that_changed_nothing_says_so(ui, service):
+    from backend.storage import NewEdit
+
+    h, e = ui.history, ui.edit
+    session = service.storage.create_session(kind="edit", model="tiny-random", mode="model", input_text="x = 1\n")
+    service.storage.add_edit(session.id, NewEdit(
+        input="x = 1\n", instruction="Set x to 2.", output="x = 1\n", strategy="cad", model="tiny-random",
+        mode="model", program='<copy lines="1-1"/>', stop_reason="eos", metrics={"speedup": 4.0}))
+    reopened = h.reopen(session.id)
+    assert "NO CHANGE: the output equals the input" in reopened[e.status]
+    assert reopened[e.metrics["speedup"]] == "— (no change)"
+
+
 def test_deleting_a_labelled_session_keeps_its_labels_unless_asked(ui, service):
     h = ui.history
     labelled = next(s for s in service.storage.list_sessions() if s.kind == "corpus")

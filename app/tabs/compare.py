@@ -28,7 +28,8 @@ COMPARE_HEADERS = [
 
 
 def compare_row(strategy: str, metrics: dict[str, Any], *, stop: str, mode: str, produced_target: bool,
-                edit_id: int | None) -> dict[str, Any]:
+                edit_id: int | None, unchanged: bool = False) -> dict[str, Any]:
+    """One strategy's row; `unchanged`: a model-mode output equal to the input (the edit not made)."""
     lookup = metrics.get("lookup")
     return {
         "strategy": strategy, "lookup": lookup,
@@ -38,7 +39,7 @@ def compare_row(strategy: str, metrics: dict[str, Any], *, stop: str, mode: str,
         "tokens_per_second": float(metrics.get("tokens_per_second") or 0.0),
         "output_tokens": int(metrics.get("output_tokens") or 0), "tokens_copied": int(metrics.get("tokens_copied") or 0),
         "tokens_generated": int(metrics.get("tokens_generated") or 0), "tokens_tag": int(metrics.get("tokens_tag") or 0),
-        "stop": stop, "produced_target": produced_target, "mode": mode, "edit_id": edit_id,
+        "stop": stop, "produced_target": produced_target, "mode": mode, "edit_id": edit_id, "unchanged": unchanged,
     }
 
 
@@ -54,7 +55,10 @@ def compare_table(rows: list[dict[str, Any]]) -> list[list[Any]]:
     for r in rows:
         mine = _per_token(r)
         speedup = f"{plain / mine:.2f}×" if plain and mine else "—"
-        target = ("✓ yes" if r["produced_target"] else "✗ no") if r["mode"] == "reference" else "(model mode)"
+        if r["mode"] == "reference":
+            target = "✓ yes" if r["produced_target"] else "✗ no"
+        else:
+            target = "✗ changed nothing" if r.get("unchanged") else "(model mode)"
         table.append([
             r["label"], round(r["wall_seconds"], 3), r["forwards"], round(r["tokens_per_second"], 1),
             r["output_tokens"], r["tokens_copied"], r["tokens_generated"], r["tokens_tag"], speedup, r["stop"], target,
@@ -230,7 +234,8 @@ class CompareTab:
         request = run.request
         return compare_row(snap.strategy, snap.metrics, stop=stop_reason(snap), mode=request.mode,
                            produced_target=request.mode == "reference" and snap.output == request.target,
-                           edit_id=edit.id if edit else None)
+                           edit_id=edit.id if edit else None,
+                           unchanged=request.mode == "model" and snap.result is not None and snap.output == request.source)
 
     def show_stored(self, session_id: int, edits: list[EditRecord], spans: Any) -> dict[Any, Any]:
         first = edits[0]
@@ -249,7 +254,8 @@ class CompareTab:
             )
             rows.append({**compare_row(edit.strategy, m, stop=edit.stop_reason, mode=edit.mode,
                                        produced_target=edit.mode == "reference" and edit.output == edit.target,
-                                       edit_id=edit.id), "pane": pane})
+                                       edit_id=edit.id, unchanged=edit.mode == "model" and edit.output == edit.input),
+                         "pane": pane})
         update.update({self.table: compare_table(rows), self.chart: charts.comparison(rows),
                        self.status: f"stored comparison #{session_id}" + length_note(rows)})
         return update

@@ -258,15 +258,18 @@ class EditTab:
         step = edit.metrics.get("step_seconds")
         timeline = edit.events.get("timeline") or []
         failed = edit.partial and edit.stop_reason in ("loop", "error", "time_limit", "interrupted", "max_tokens")
+        unchanged = not failed and edit.mode == "model" and edit.output == edit.input
         return {
             self.source: edit.input, self.uploaded: edit.input, self.instruction: edit.instruction,
             self.mode: edit.mode, self.target: edit.target or "", self.target_uploaded: edit.target,
             self.target_group: gr.update(visible=edit.mode == "reference"),
             self.stream: stream, self.program: edit.program or "", self.output: edit.output,
-            self.diff: unified_diff(edit.input, edit.output), **self._metric_values(edit.metrics, failed=failed),
+            self.diff: unified_diff(edit.input, edit.output),
+            **self._metric_values(edit.metrics, failed=failed, unchanged=unchanged),
             self.chart: charts.tokens_over_time(timeline, step_seconds=step, strategy=edit.strategy),
             self.download: self.service.downloads.write(edit.output, "output.txt"),
-            self.status: f"reopened edit #{edit.id} ({edit.stop_reason})" + (" (partial)" if edit.partial else ""),
+            self.status: f"reopened edit #{edit.id} ({edit.stop_reason})" + (" (partial)" if edit.partial else "")
+                         + (" · NO CHANGE: the output equals the input" if unchanged else ""),
         }
 
     @property

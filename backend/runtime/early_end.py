@@ -12,7 +12,8 @@ the file's last lines lost), line similarity 0.906 -> 0.950.
 
 The price: a program that means to delete the file's last lines (it ends after a copy that stops
 short of them) gets them back. 6 of the 240 dev programs do that. Users turn the rule off with
-`EditEngine(copy_rest=False)` / `evaluate --no-copy-rest`; reference replays never use it.
+`EditEngine(copy_rest=False)` / `edit --no-copy-rest` / `evaluate --no-copy-rest`; reference replays
+never use it. A remote engine applies it on the client after the server's end (backend/runtime/remote.py).
 """
 
 from __future__ import annotations
