@@ -113,11 +113,16 @@ def is_failure(snapshot: Snapshot, mode: str) -> bool:
     return mode == "model" and snapshot.strategy == "cad" and stop == "max_tokens"
 
 
+def changed_nothing(mode: str, output: str, source: str | None) -> bool:
+    """A model-mode output equal to the input: the instruction was not carried out (the shipped
+    model's most common failure: a gen repeating the line it stands for)."""
+    return mode == "model" and source is not None and output == source
+
+
 def is_unchanged(snapshot: Snapshot, mode: str, source: str | None) -> bool:
-    """A model-mode run that finished with the input as its output: the instruction was not carried
-    out (the shipped model's most common failure: a gen repeating the line it stands for)."""
-    return (mode == "model" and source is not None and snapshot.result is not None and not is_failure(snapshot, mode)
-            and stop_reason(snapshot) != "cancel" and snapshot.result.output == source)
+    """A model-mode run that finished (not failed, not cancelled) and `changed_nothing`."""
+    return (snapshot.result is not None and not is_failure(snapshot, mode) and stop_reason(snapshot) != "cancel"
+            and changed_nothing(mode, snapshot.result.output, source))
 
 
 def _head(snapshot: Snapshot, mode: str, max_new_tokens: int | None, run_seconds: float | None,

@@ -12,7 +12,7 @@ from typing import Any
 import gradio as gr
 
 from app import charts
-from app.present import STRATEGY_LABELS, exact_source, spans_value, stop_reason
+from app.present import STRATEGY_LABELS, changed_nothing, exact_source, is_unchanged, spans_value, stop_reason
 from app.progress import Snapshot
 from app.service import AppService, InputError, PreparedRun, RunRequest
 from app.tabs.common import COLOUR_MAP, LEGEND, api_event, run_concurrency, session_key, ui_event
@@ -235,7 +235,7 @@ class CompareTab:
         return compare_row(snap.strategy, snap.metrics, stop=stop_reason(snap), mode=request.mode,
                            produced_target=request.mode == "reference" and snap.output == request.target,
                            edit_id=edit.id if edit else None,
-                           unchanged=request.mode == "model" and snap.result is not None and snap.output == request.source)
+                           unchanged=is_unchanged(snap, request.mode, request.source))
 
     def show_stored(self, session_id: int, edits: list[EditRecord], spans: Any) -> dict[Any, Any]:
         first = edits[0]
@@ -254,7 +254,7 @@ class CompareTab:
             )
             rows.append({**compare_row(edit.strategy, m, stop=edit.stop_reason, mode=edit.mode,
                                        produced_target=edit.mode == "reference" and edit.output == edit.target,
-                                       edit_id=edit.id, unchanged=edit.mode == "model" and edit.output == edit.input),
+                                       edit_id=edit.id, unchanged=changed_nothing(edit.mode, edit.output, edit.input)),
                          "pane": pane})
         update.update({self.table: compare_table(rows), self.chart: charts.comparison(rows),
                        self.status: f"stored comparison #{session_id}" + length_note(rows)})

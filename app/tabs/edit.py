@@ -13,6 +13,7 @@ from app import charts
 from app.present import (
     METRIC_NAMES,
     adopt_line_endings,
+    changed_nothing,
     exact_source,
     finish_text,
     format_metrics,
@@ -258,7 +259,7 @@ class EditTab:
         step = edit.metrics.get("step_seconds")
         timeline = edit.events.get("timeline") or []
         failed = edit.partial and edit.stop_reason in ("loop", "error", "time_limit", "interrupted", "max_tokens")
-        unchanged = not failed and edit.mode == "model" and edit.output == edit.input
+        unchanged = not failed and changed_nothing(edit.mode, edit.output, edit.input)
         return {
             self.source: edit.input, self.uploaded: edit.input, self.instruction: edit.instruction,
             self.mode: edit.mode, self.target: edit.target or "", self.target_uploaded: edit.target,
