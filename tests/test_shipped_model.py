@@ -60,7 +60,7 @@ def test_evaluate_json__has_the_documented_shape(evaluation):
     for rate in (corpus["finished_valid"], corpus["exact_match"]):
         assert 0.0 <= rate <= 1.0
     assert sum(kind["cases"] for kind in corpus["per_kind"].values()) == 14
-    assert set(corpus["failures"]) <= {"unfinished", "invalid", "off_by_one_start", "off_by_one_end", "wrong_range",
+    assert set(corpus["failures"]) <= {"unfinished", "invalid", "off_by_one_start", "off_by_one_end", "wrong_range", "no_change",
                                        "wrong_gen_text", "wrong_structure", "refused"}
 
 
