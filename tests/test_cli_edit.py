@@ -166,7 +166,11 @@ def test_edit_model_mode__an_output_equal_to_the_input_is_said(files, capsys, mo
     import backend.cli.edit_commands as edit_commands
 
     engine = _EngineReturning(output)
-    monkeypatch.setattr(edit_commands, "load_engine", lambda *a, **k: engine)
+    def load_engine(*args, copy_rest=True, **kwargs):
+        engine.copy_rest = copy_rest  # what open_engine does with it
+        return engine
+
+    monkeypatch.setattr(edit_commands, "load_engine", load_engine)
     code = main(["edit", "--source", str(files[0]), "--instruction", "Multiply.", "--no-copy-rest"])
     out, err = capsys.readouterr()
     assert code == 0 and engine.copy_rest is False  # --no-copy-rest reached the engine

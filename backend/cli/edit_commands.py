@@ -42,15 +42,17 @@ from backend.runtime.request import STRATEGIES as ENGINE_STRATEGIES
 
 
 def load_engine(name: str | None, *, limits: Any = None, runtime: str = "auto", engine_url: str | None = None,
-                engine_kind: str | None = None) -> Any:
+                engine_kind: str | None = None, copy_rest: bool = True) -> Any:
     """An EditEngine on the named model (default: models.yaml's default) in `runtime`, or on a remote
-    server (engine_url + engine_kind; docs/DEPLOY.md). UsageError if unavailable."""
+    server (engine_url + engine_kind; docs/DEPLOY.md); `copy_rest` as open_engine's. UsageError if
+    unavailable."""
     from backend.runtime.engine import EditError
     from backend.runtime.models import ModelUnavailable
     from backend.runtime.runtimes import open_engine
 
     try:
-        return open_engine(name, runtime=runtime, engine_url=engine_url, engine_kind=engine_kind, limits=limits)
+        return open_engine(name, runtime=runtime, engine_url=engine_url, engine_kind=engine_kind, limits=limits,
+                           copy_rest=copy_rest)
     except (ModelUnavailable, EditError, ValueError) as error:
         raise UsageError(str(error)) from None
 
@@ -85,9 +87,8 @@ def cmd_edit(args: argparse.Namespace) -> int:
     mode = "reference" if target is not None else "model"
     from backend.runtime.request import CLI_LIMITS
 
-    engine = load_engine(args.model, limits=CLI_LIMITS, **_runtime_options(args))  # the app's rules: no empty input, no blank instruction
-    if args.no_copy_rest:  # backend/runtime/early_end.py: the raw program, as the model ended it
-        engine.copy_rest = False
+    # the app's rules: no empty input, no blank instruction; --no-copy-rest: the program as the model ended it
+    engine = load_engine(args.model, limits=CLI_LIMITS, copy_rest=not args.no_copy_rest, **_runtime_options(args))
     try:
         events = engine.run(
             source, args.instruction, strategy=args.strategy, mode=mode, target=target,

@@ -131,9 +131,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     strategies = tuple(dict.fromkeys(["cad"] + list(args.strategy or [])))
     if args.limit is not None and args.limit <= 0:
         raise UsageError("--limit must be positive")
-    engine = load_engine(args.model, **_runtime_options(args))  # a server too: model mode needs no logits here
-    if args.no_copy_rest:
-        engine.copy_rest = False
+    # a server too: model mode needs no logits here
+    engine = load_engine(args.model, copy_rest=not args.no_copy_rest, **_runtime_options(args))
     evaluation = Evaluation(engine, strategies=strategies, speed_limit=args.speed_limit, max_new_tokens=args.max_new_tokens)
     document: dict[str, Any] = {"model": engine.name, "runtime": engine.loaded.runtime, "strategies": list(strategies),
                                 "copy_rest": bool(getattr(engine, "copy_rest", False)), "corpora": {}}
