@@ -13,7 +13,7 @@ import pytest
 
 from backend.runtime.prompt import context_program
 from backend.training import dataset
-from backend.training.examples import IGNORE, encode_example
+from backend.training.examples import IGNORE, changed_chars, encode_example
 from backend.training.trainer import TrainConfig, learning_rate, train
 
 SOURCE = "def area(w, h):\n    return w * h\n\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n"
@@ -58,6 +58,30 @@ def test_encode_example__labels_cover_tags_gens_and_eos_but_not_copied_text():
     assert example.labels[: len(example.labels) - example.program_tokens - 30].count(IGNORE) > 0
 
 
+def test_changed_chars__only_what_differs_from_the_replaced_text():
+    def marked(written, replaced):
+        return "".join(c for c, flag in zip(written, changed_chars(written, replaced)) if flag)
+
+    assert marked("    return x + 1\n", "    return x - 1\n") == "+"
+    assert marked("total = 2\n", "total = 10\n") == "2"
+    assert marked("import os\n", "") == "import os\n"        # a pure insertion is new throughout
+    assert marked("same\n", "same\n") == ""                  # a gen that repeats its line writes nothing new
+    assert marked("ab\n", "abab\n") == ""                     # prefix and suffix never overlap
+
+
+def test_encode_example__marks_only_the_new_text_as_changed():
+    from backend.runtime.models import load_hf_tokenizer
+
+    tokenizer = load_hf_tokenizer("smollm2-135m")
+    record = _records()[0]  # "w * h" -> "w * h * 1.0" in line 2
+    example = encode_example(tokenizer, record, eos_id=2)
+    changed = tokenizer.decode([token for token, flag in zip(example.input_ids, example.changed) if flag])
+    assert "1.0" in changed
+    assert "return" not in changed and "gen" not in changed and "copy" not in changed  # kept text, tags
+    assert all(label != IGNORE for label, flag in zip(example.labels, example.changed) if flag)
+    assert len(example.changed) == len(example.labels)
+
+
 def test_learning_rate__warms_up_then_decays_to_a_tenth():
     config = TrainConfig(data="x", out="y", lr=1e-3, warmup_steps=10, max_steps=110)
     assert learning_rate(config, 0) == pytest.approx(1e-4)
@@ -82,6 +106,20 @@ def test_train__loss_goes_down_and_a_resumed_run_matches_an_uninterrupted_one(da
     resumed = train(_config(data_file, tmp_path / "resumed"), resume=True)
     assert [p["step"] for p in resumed["curve"]] == [1, 2, 3, 4, 5, 6]
     assert [p["loss"] for p in resumed["curve"]] == pytest.approx(losses, abs=1e-4)
+
+
+@pytest.mark.slow
+def test_changed_weight__reweights_the_loss_and_records_the_edit_token_loss(data_file, tmp_path):
+    plain = train(replace(_config(data_file, tmp_path / "plain"), max_steps=2))
+    weighted = train(replace(_config(data_file, tmp_path / "weighted"), max_steps=2, changed_weight=8.0))
+    # the first step's reported losses are the same model's (weights only change the gradient) ...
+    assert weighted["curve"][0]["loss"] == pytest.approx(plain["curve"][0]["loss"], abs=1e-4)
+    assert weighted["curve"][0]["changed_loss"] == pytest.approx(plain["curve"][0]["changed_loss"], abs=1e-4)
+    # ... the second step's differ, because the first update did
+    assert weighted["curve"][1]["changed_loss"] != pytest.approx(plain["curve"][1]["changed_loss"], abs=1e-6)
+    assert weighted["changed_loss_last_10"] is not None
+    card = (tmp_path / "weighted" / "TRAINING_CARD.md").read_text()
+    assert "write the edit: 8.0" in card
 
 
 @pytest.mark.slow

@@ -51,6 +51,8 @@ def register(subparsers: Any) -> None:
     train.add_argument("--threads", type=int, default=None)
     train.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
     train.add_argument("--init-adapter", default=None, help="warm start from a saved adapter (e.g. the shipped one)")
+    train.add_argument("--changed-weight", type=float, default=1.0,
+                       help="loss weight of the tokens of a gen that write new text (default 1: a plain mean)")
     train.set_defaults(handler=cmd_train)
 
     evaluate = subparsers.add_parser("evaluate", help="model-mode evaluation: finished programs, exact match, speed")
@@ -101,13 +103,13 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     if not Path(args.data).is_file():
         raise UsageError(f"training data {args.data}: no such file (run `python -m backend make-data` first)")
-    if args.max_steps <= 0 or args.examples_per_step <= 0 or not args.lr > 0:
-        raise UsageError("--max-steps, --examples-per-step and --lr must be positive")
+    if args.max_steps <= 0 or args.examples_per_step <= 0 or not args.lr > 0 or not args.changed_weight > 0:
+        raise UsageError("--max-steps, --examples-per-step, --lr and --changed-weight must be positive")
     config = TrainConfig(data=args.data, out=args.out, base_model=args.model, rank=args.rank, alpha=2 * args.rank,
                          lr=args.lr, max_steps=args.max_steps, examples_per_step=args.examples_per_step,
                          max_tokens=args.max_tokens, checkpoint_every=args.checkpoint_every,
                          max_minutes=args.max_minutes, seed=args.seed, threads=args.threads,
-                         init_adapter=args.init_adapter)
+                         init_adapter=args.init_adapter, changed_weight=args.changed_weight)
     manifest_path = Path(args.data).with_name("manifest.json")
     manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
     manifest_summary = {k: manifest.get(k) for k in ("generator_version", "config", "counts", "languages", "leak_check",

@@ -5,7 +5,10 @@
 - peft LoRA on every linear layer of the base model (measured on this 2-core CPU with bf16 autocast:
   LoRA ~490 tokens/s, full fine-tune ~270, LoRA in fp32 ~185; see ../shared/STACK.md).
 - Loss on program tokens only (`examples`); each optimizer step averages over the program tokens
-  of `examples_per_step` sequences (batch 1 each: no padding is ever computed).
+  of `examples_per_step` sequences (batch 1 each: no padding is ever computed). `changed_weight` > 1
+  weights the tokens of a gen that write text unlike the lines it replaces (a weighted mean), the
+  tokens the shipped model gets wrong when its program changes nothing; the curve also records the
+  loss on those tokens alone.
 - bf16 autocast on a CPU that supports it, CUDA when present; seeded data order and dropout.
 - A checkpoint (adapter + optimizer + schedule + data position + loss curve) every
   `checkpoint_every` steps, written to a temporary directory and renamed, so a killed run resumes
@@ -56,6 +59,7 @@ class TrainConfig:
     threads: int | None = None
     targets: tuple[str, ...] = field(default=LORA_TARGETS)
     init_adapter: str | None = None  # warm start: a saved adapter (same rank and targets) to continue from
+    changed_weight: float = 1.0      # loss weight of the tokens that write the edit (Example.changed); 1 = plain mean
 
 
 def load_records(path: str | Path) -> list[dict[str, Any]]:
@@ -113,7 +117,7 @@ class Run:
         random.Random(f"train:{config.seed}").shuffle(self.order)
         self.step = 0
         self.position = 0
-        self.curve: list[dict[str, float]] = []
+        self.curve: list[dict[str, Any]] = []  # step, loss, tokens, seconds, changed_loss (None: no edit tokens)
         self.tokens_seen = 0
         self.seconds = 0.0
 
@@ -127,29 +131,34 @@ class Run:
             self.position += 1
         return batch
 
-    def train_step(self) -> float:
-        """One optimizer step over `examples_per_step` sequences; returns the mean program-token loss."""
+    def train_step(self) -> tuple[float, float | None]:
+        """One optimizer step over `examples_per_step` sequences; returns the mean program-token loss
+        and the mean loss of the changed tokens (None when the batch has none)."""
         import torch
 
         batch = self.next_batch()
-        total_labels = sum(e.program_tokens for e in batch)
+        total_weight = sum(self.token_weights(e).sum().item() for e in batch)
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate(self.config, self.step)
-        loss_sum = 0.0
+        plain_sum, changed_sum, changed_count = 0.0, 0.0, 0
         for example in batch:
-            loss = self.example_loss(example)
-            weight = example.program_tokens / max(1, total_labels)
-            (loss * weight).backward()
-            loss_sum += loss.item() * weight
+            token_losses = self.token_losses(example)
+            weights = self.token_weights(example)
+            ((token_losses * weights).sum() / max(1e-9, total_weight)).backward()
+            plain_sum += token_losses.sum().item()
+            changed = self.changed_mask(example)
+            changed_sum += token_losses[changed].sum().item()
+            changed_count += int(changed.sum().item())
             self.tokens_seen += len(example.input_ids)
         torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], 1.0)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
-        return loss_sum
+        plain = plain_sum / max(1, sum(e.program_tokens for e in batch))
+        return plain, (changed_sum / changed_count if changed_count else None)
 
-    def example_loss(self, example: Example) -> Any:
-        """Mean cross-entropy over the example's program tokens. Logits are computed only at the
+    def token_losses(self, example: Example) -> Any:
+        """Cross-entropy [K] at each of the example's program tokens. Logits are computed only at the
         positions that predict a program token (~50 of ~1000): the full [T, 49152] logits and their
         softmax were a large share of a CPU step."""
         import torch
@@ -159,7 +168,20 @@ class Run:
         targets = torch.tensor([example.labels[i + 1] for i in positions], device=self.device)  # [K]
         with autocast_context(self.device):
             out = self.model(input_ids=ids, logits_to_keep=torch.tensor(positions, device=self.device), use_cache=False)
-        return torch.nn.functional.cross_entropy(out.logits[0].float(), targets)          # logits [K, V]
+        return torch.nn.functional.cross_entropy(out.logits[0].float(), targets, reduction="none")  # logits [K, V]
+
+    def changed_mask(self, example: Example) -> Any:
+        """[K] bool: which program tokens write the edit (all False for examples encoded without it)."""
+        import torch
+
+        flags = [bool(example.changed[i]) if example.changed else False
+                 for i, label in enumerate(example.labels) if label != IGNORE and i > 0]
+        return torch.tensor(flags, dtype=torch.bool, device=self.device)
+
+    def token_weights(self, example: Example) -> Any:
+        """[K] loss weights: `changed_weight` on the changed tokens, 1 elsewhere."""
+        changed = self.changed_mask(example)
+        return 1.0 + (self.config.changed_weight - 1.0) * changed.float()
 
     # -- checkpoints ------------------------------------------------------------------------------
 
@@ -215,7 +237,9 @@ def save_adapter(model: Any, out: Path) -> int:
 def progress_line(run: Run, loss: float, started_tokens: int, started: float) -> str:
     rate = (run.tokens_seen - started_tokens) / max(1e-9, time.perf_counter() - started)
     remaining = (run.config.max_steps - run.step) * run.config.examples_per_step * (run.tokens_seen / max(1, run.step * run.config.examples_per_step)) / max(rate, 1e-9)
-    return (f"step {run.step}/{run.config.max_steps}  loss {loss:.4f}  lr {learning_rate(run.config, run.step - 1):.2e}  "
+    changed = run.curve[-1].get("changed_loss") if run.curve else None
+    return (f"step {run.step}/{run.config.max_steps}  loss {loss:.4f}  edit-token loss {_loss_text(changed)}  "
+            f"lr {learning_rate(run.config, run.step - 1):.2e}  "
             f"{rate:.0f} tok/s  tokens {run.tokens_seen}  elapsed {run.seconds / 60:.1f} min  eta {remaining / 60:.1f} min")
 
 
@@ -284,9 +308,10 @@ def train(config: TrainConfig, *, resume: bool = False, manifest: dict[str, Any]
     stopped_by = None
     with StopRequest() as stop:
         while run.step < config.max_steps:
-            loss = run.train_step()
+            loss, changed_loss = run.train_step()
             run.seconds = base_seconds + time.perf_counter() - started
-            run.curve.append({"step": run.step, "loss": round(loss, 5), "tokens": run.tokens_seen, "seconds": round(run.seconds, 1)})
+            run.curve.append({"step": run.step, "loss": round(loss, 5), "tokens": run.tokens_seen, "seconds": round(run.seconds, 1),
+                              "changed_loss": None if changed_loss is None else round(changed_loss, 5)})
             print(progress_line(run, loss, started_tokens, started), file=sys.stderr, flush=True)
             out_of_time = config.max_minutes is not None and (time.perf_counter() - started) / 60 >= config.max_minutes
             stopped_by = stop.signal_name or ("max_minutes" if out_of_time else None)
@@ -302,6 +327,7 @@ def train(config: TrainConfig, *, resume: bool = False, manifest: dict[str, Any]
         "tokens_per_second": round(run.tokens_seen / max(run.seconds, 1e-9), 1), "adapter_bytes": size,
         "loss_first": run.curve[0]["loss"] if run.curve else None,
         "loss_last_10": round(sum(p["loss"] for p in run.curve[-10:]) / max(1, len(run.curve[-10:])), 5) if run.curve else None,
+        "changed_loss_last_10": mean_changed_loss(run.curve[-10:]),
         "curve": run.curve, "machine": machine_info(loaded.device), "data_manifest": manifest or {},
     }
     (out / "training.json").write_text(json.dumps(card, indent=1, sort_keys=True) + "\n", encoding="utf-8")
@@ -309,11 +335,17 @@ def train(config: TrainConfig, *, resume: bool = False, manifest: dict[str, Any]
     return card
 
 
+def mean_changed_loss(points: list[dict[str, Any]]) -> float | None:
+    values = [p["changed_loss"] for p in points if p.get("changed_loss") is not None]
+    return round(sum(values) / len(values), 5) if values else None
+
+
 def training_card(card: dict[str, Any]) -> str:
     config, data = card["config"], card.get("data_manifest") or {}
     curve = card["curve"]
     marks = [curve[i] for i in sorted({0, len(curve) // 4, len(curve) // 2, 3 * len(curve) // 4, len(curve) - 1})] if curve else []
-    rows = "\n".join(f"| {p['step']} | {p['tokens']} | {p['seconds'] / 60:.1f} | {p['loss']:.4f} |" for p in marks)
+    rows = "\n".join(f"| {p['step']} | {p['tokens']} | {p['seconds'] / 60:.1f} | {p['loss']:.4f} | {_loss_text(p.get('changed_loss'))} |"
+                     for p in marks)
     return f"""# Training card: {Path(config['out']).name}
 
 LoRA adapter for `{config['base_model']}` that writes copy-as-decode programs (zero-shot prompt).
@@ -321,6 +353,7 @@ LoRA adapter for `{config['base_model']}` that writes copy-as-decode programs (z
 - Data: `{config['data']}` ({card['examples']} examples fit {config['max_tokens']} tokens, {card['skipped_too_long']} skipped),
   generator version {data.get('generator_version')}, counts {json.dumps(data.get('counts', {}))}
 - LoRA r={config['rank']} alpha={config['alpha']} dropout={config['dropout']} on {', '.join(config['targets'])}
+- Loss weight of the tokens that write the edit: {config.get('changed_weight', 1.0)}
 - lr {config['lr']} (warm-up {config['warmup_steps']}, cosine to 10% at step {config['max_steps']}),
   {config['examples_per_step']} sequences per step, seed {config['seed']}
 - Ran {card['steps']} steps ({'finished' if card['finished'] else 'stopped early by ' + str(card.get('stopped_by'))}), {card['examples_seen']} examples,
@@ -328,7 +361,11 @@ LoRA adapter for `{config['base_model']}` that writes copy-as-decode programs (z
 - Machine: {json.dumps(card['machine'])}
 - Adapter: {card['adapter_bytes']} bytes (float16 safetensors)
 
-| step | tokens | minutes | loss per program token |
-|---|---|---|---|
+| step | tokens | minutes | loss per program token | loss on the tokens that write the edit |
+|---|---|---|---|---|
 {rows}
 """
+
+
+def _loss_text(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
