@@ -137,16 +137,16 @@ class Run:
         import torch
 
         batch = self.next_batch()
-        total_weight = sum(self.token_weights(e).sum().item() for e in batch)
+        masks = [self.changed_mask(e) for e in batch]
+        weights = [1.0 + (self.config.changed_weight - 1.0) * mask.float() for mask in masks]  # [K] each
+        total_weight = sum(w.sum().item() for w in weights)
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate(self.config, self.step)
         plain_sum, changed_sum, changed_count = 0.0, 0.0, 0
-        for example in batch:
+        for example, changed, weight in zip(batch, masks, weights):
             token_losses = self.token_losses(example)
-            weights = self.token_weights(example)
-            ((token_losses * weights).sum() / max(1e-9, total_weight)).backward()
+            ((token_losses * weight).sum() / max(1e-9, total_weight)).backward()
             plain_sum += token_losses.sum().item()
-            changed = self.changed_mask(example)
             changed_sum += token_losses[changed].sum().item()
             changed_count += int(changed.sum().item())
             self.tokens_seen += len(example.input_ids)
@@ -177,11 +177,6 @@ class Run:
         flags = [bool(example.changed[i]) if example.changed else False
                  for i, label in enumerate(example.labels) if label != IGNORE and i > 0]
         return torch.tensor(flags, dtype=torch.bool, device=self.device)
-
-    def token_weights(self, example: Example) -> Any:
-        """[K] loss weights: `changed_weight` on the changed tokens, 1 elsewhere."""
-        changed = self.changed_mask(example)
-        return 1.0 + (self.config.changed_weight - 1.0) * changed.float()
 
     # -- checkpoints ------------------------------------------------------------------------------
 
