@@ -14,7 +14,10 @@ import pytest
 from backend.runtime.prompt import context_program
 from backend.training import dataset
 from backend.training.examples import IGNORE, changed_chars, encode_example
-from backend.training.trainer import TrainConfig, learning_rate, train
+from backend.cli.common import UsageError
+from backend.cli.train_commands import _kind_weights
+from backend.training.examples import Example
+from backend.training.trainer import TrainConfig, epoch_order, learning_rate, train
 
 SOURCE = "def area(w, h):\n    return w * h\n\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n"
 
@@ -90,6 +93,39 @@ def test_learning_rate__warms_up_then_decays_to_a_tenth():
     assert learning_rate(config, 60) < learning_rate(config, 20)
 
 
+def _examples_of(kinds: str) -> list[Example]:
+    return [Example(case_id=str(i), kind=kind, input_ids=(1, 2), labels=(-100, 2)) for i, kind in enumerate(kinds)]
+
+
+def test_epoch_order__unweighted_is_the_plain_seeded_shuffle():
+    import random
+
+    examples = _examples_of("abcabcabca")
+    plain = list(range(10))
+    random.Random("train:3").shuffle(plain)
+    assert epoch_order(examples, (), 3) == plain
+    assert epoch_order(examples, (), 4) != plain
+
+
+def test_epoch_order__a_kind_appears_as_often_as_its_weight_and_weight_0_leaves_it_out():
+    examples = _examples_of("aabbc")
+    order = epoch_order(examples, (("a", 3), ("b", 0)), 0)
+    assert sorted(order) == [0, 0, 0, 1, 1, 1, 4]
+    with pytest.raises(ValueError, match="no training example of that kind"):
+        epoch_order(examples, (("literal", 2),), 0)
+    with pytest.raises(ValueError, match="0 or more"):
+        epoch_order(examples, (("a", -1),), 0)
+    with pytest.raises(ValueError, match="nothing to train on"):
+        epoch_order(examples, (("a", 0), ("b", 0), ("c", 0)), 0)
+
+
+def test_kind_weight_flag__parses_kind_equals_count_and_rejects_anything_else():
+    assert _kind_weights(["literal=3", "rename=0"]) == (("literal", 3), ("rename", 0))
+    for bad in ("literal", "literal=", "=3", "literal=-1", "literal=1.5"):
+        with pytest.raises(UsageError, match="KIND=N"):
+            _kind_weights([bad])
+
+
 @pytest.mark.slow
 def test_train__loss_goes_down_and_a_resumed_run_matches_an_uninterrupted_one(data_file, tmp_path):
     straight = train(_config(data_file, tmp_path / "straight"))
@@ -120,6 +156,16 @@ def test_changed_weight__reweights_the_loss_and_records_the_edit_token_loss(data
     assert weighted["changed_loss_last_10"] is not None
     card = (tmp_path / "weighted" / "TRAINING_CARD.md").read_text()
     assert "write the edit: 8.0" in card
+    assert "Times per epoch by kind: 1 (every kind once)" in card
+
+
+@pytest.mark.slow
+def test_kind_weights__a_weighted_run_trains_on_the_repeated_order_and_says_so(data_file, tmp_path):
+    card = train(replace(_config(data_file, tmp_path / "kinds"), max_steps=2, kind_weights=(("test", 2),)))
+    assert card["steps"] == 2
+    saved = json.loads((tmp_path / "kinds" / "training.json").read_text())
+    assert saved["config"]["kind_weights"] == [["test", 2]]
+    assert "Times per epoch by kind: test 2, others 1" in (tmp_path / "kinds" / "TRAINING_CARD.md").read_text()
 
 
 @pytest.mark.slow

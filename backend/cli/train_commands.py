@@ -53,6 +53,8 @@ def register(subparsers: Any) -> None:
     train.add_argument("--init-adapter", default=None, help="warm start from a saved adapter (e.g. the shipped one)")
     train.add_argument("--changed-weight", type=float, default=1.0,
                        help="loss weight of the tokens of a gen that write new text (default 1: a plain mean)")
+    train.add_argument("--kind-weight", action="append", default=[], metavar="KIND=N",
+                       help="each example of KIND appears N times per epoch (repeatable; 0 leaves it out; default 1)")
     train.set_defaults(handler=cmd_train)
 
     evaluate = subparsers.add_parser("evaluate", help="model-mode evaluation: finished programs, exact match, speed")
@@ -109,7 +111,8 @@ def cmd_train(args: argparse.Namespace) -> int:
                          lr=args.lr, max_steps=args.max_steps, examples_per_step=args.examples_per_step,
                          max_tokens=args.max_tokens, checkpoint_every=args.checkpoint_every,
                          max_minutes=args.max_minutes, seed=args.seed, threads=args.threads,
-                         init_adapter=args.init_adapter, changed_weight=args.changed_weight)
+                         init_adapter=args.init_adapter, changed_weight=args.changed_weight,
+                         kind_weights=_kind_weights(args.kind_weight))
     manifest_path = Path(args.data).with_name("manifest.json")
     manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
     manifest_summary = {k: manifest.get(k) for k in ("generator_version", "config", "counts", "languages", "leak_check",
@@ -123,6 +126,17 @@ def cmd_train(args: argparse.Namespace) -> int:
                            card["tokens_per_second"], card["loss_first"], card["loss_last_10"]]])
     emit(table, {k: v for k, v in card.items() if k != "curve"})
     return 0
+
+
+def _kind_weights(values: list[str]) -> tuple[tuple[str, int], ...]:
+    """`--kind-weight KIND=N` values as (kind, N) pairs; a malformed one is a usage error."""
+    pairs = []
+    for value in values:
+        kind, _, times = value.partition("=")
+        if not kind or not times.isdigit():
+            raise UsageError(f"--kind-weight {value!r}: expected KIND=N with N a whole number >= 0, e.g. literal=3")
+        pairs.append((kind, int(times)))
+    return tuple(pairs)
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:

@@ -9,6 +9,8 @@
   weights the tokens of a gen that write text unlike the lines it replaces (a weighted mean), the
   tokens the shipped model gets wrong when its program changes nothing; the curve also records the
   loss on those tokens alone.
+- `kind_weights` (KIND, N): each example of KIND appears N times in an epoch's order (0 leaves the
+  kind out; unnamed kinds 1), to spend a short run on the kinds the model gets wrong.
 - bf16 autocast on a CPU that supports it, CUDA when present; seeded data order and dropout.
 - A checkpoint (adapter + optimizer + schedule + data position + loss curve) every
   `checkpoint_every` steps, written to a temporary directory and renamed, so a killed run resumes
@@ -60,6 +62,7 @@ class TrainConfig:
     targets: tuple[str, ...] = field(default=LORA_TARGETS)
     init_adapter: str | None = None  # warm start: a saved adapter (same rank and targets) to continue from
     changed_weight: float = 1.0      # loss weight of the tokens that write the edit (Example.changed); 1 = plain mean
+    kind_weights: tuple[tuple[str, int], ...] = ()  # (kind, times per epoch); unnamed kinds once
 
 
 def load_records(path: str | Path) -> list[dict[str, Any]]:
@@ -72,6 +75,23 @@ def encode_records(tokenizer: Any, records: list[dict[str, Any]], *, eos_id: int
     examples = [encode_example(tokenizer, record, eos_id=eos_id) for record in records]
     kept = [e for e in examples if len(e.input_ids) <= max_tokens]
     return kept, len(examples) - len(kept)
+
+
+def epoch_order(examples: list[Example], kind_weights: tuple[tuple[str, int], ...], seed: int) -> list[int]:
+    """Example indices for one epoch, seeded-shuffled: each example as often as its kind's weight.
+    Rejects (ValueError) a weighted kind with no example, a negative weight, or an empty epoch."""
+    weights = dict(kind_weights)
+    present = {e.kind for e in examples}
+    for kind, times in weights.items():
+        if kind not in present:
+            raise ValueError(f"--kind-weight {kind}: no training example of that kind (kinds: {', '.join(sorted(present))})")
+        if times < 0:
+            raise ValueError(f"--kind-weight {kind}={times}: a weight is a count of 0 or more")
+    order = [index for index, example in enumerate(examples) for _ in range(weights.get(example.kind, 1))]
+    if not order:
+        raise ValueError("every kind has weight 0: nothing to train on")
+    random.Random(f"train:{seed}").shuffle(order)
+    return order
 
 
 def learning_rate(config: TrainConfig, step: int) -> float:
@@ -113,8 +133,7 @@ class Run:
         self.config, self.examples, self.model, self.device = config, examples, model, device
         trainable = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(trainable, lr=config.lr, weight_decay=0.0)
-        self.order = list(range(len(examples)))
-        random.Random(f"train:{config.seed}").shuffle(self.order)
+        self.order = epoch_order(examples, config.kind_weights, config.seed)
         self.step = 0
         self.position = 0
         self.curve: list[dict[str, Any]] = []  # step, loss, tokens, seconds, changed_loss (None: no edit tokens)
@@ -349,6 +368,7 @@ LoRA adapter for `{config['base_model']}` that writes copy-as-decode programs (z
   generator version {data.get('generator_version')}, counts {json.dumps(data.get('counts', {}))}
 - LoRA r={config['rank']} alpha={config['alpha']} dropout={config['dropout']} on {', '.join(config['targets'])}
 - Loss weight of the tokens that write the edit: {config.get('changed_weight', 1.0)}
+- Times per epoch by kind: {_kind_weights_text(config.get('kind_weights'))}
 - lr {config['lr']} (warm-up {config['warmup_steps']}, cosine to 10% at step {config['max_steps']}),
   {config['examples_per_step']} sequences per step, seed {config['seed']}
 - Ran {card['steps']} steps ({'finished' if card['finished'] else 'stopped early by ' + str(card.get('stopped_by'))}), {card['examples_seen']} examples,
@@ -360,6 +380,10 @@ LoRA adapter for `{config['base_model']}` that writes copy-as-decode programs (z
 |---|---|---|---|---|
 {rows}
 """
+
+
+def _kind_weights_text(weights: Any) -> str:
+    return ", ".join(f"{kind} {times}" for kind, times in weights) + ", others 1" if weights else "1 (every kind once)"
 
 
 def _loss_text(value: float | None) -> str:
