@@ -77,6 +77,7 @@ def test_models_yaml_is_read_with_pyyaml():
         ("default: b\nmodels:\n  - name: a\n    source:\n      kind: local\n      path: /x\n", "default"),
         ("models:\n  - name: a\n    tokenizer: zz\n    source:\n      kind: local\n      path: /x\n", "tokenizer"),
         ("nothing: here\n", "'models' list"),
+        ("models:\n  - name: a\n    prompt: one-shot\n    source:\n      kind: local\n      path: /x\n", "prompt must be"),
     ],
 )
 def test_malformed_models_yaml(body__message):

@@ -74,6 +74,18 @@ def test_program_messages_end_with_the_numbered_input_and_instruction():
     assert " 1| def f(x):" not in last and "1| def f(x):\n2|     return x + 1\n3| \n4| print(f(2))\n" in last
 
 
+def test_instruction_first_puts_the_instruction_before_the_numbered_input_and_after_it():
+    zero_shot = program_messages(SOURCE, INSTRUCTION, style="zero-shot")
+    first = program_messages(SOURCE, INSTRUCTION, style="instruction-first")
+    assert [m["role"] for m in first] == ["system", "user"] and first[0] == zero_shot[0]
+    assert zero_shot[-1]["content"].startswith("Input:\n1| def f(x):")
+    assert first[-1]["content"] == f"Instruction: {INSTRUCTION}\n" + zero_shot[-1]["content"]
+    assert program_messages("a\n", None, style="instruction-first")[-1]["content"].startswith(
+        f"Instruction: {DEFAULT_INSTRUCTION}\nInput:\n1| a\n")
+    with pytest.raises(ValueError, match="unknown prompt style"):
+        program_messages(SOURCE, INSTRUCTION, style="instruction-last")
+
+
 def test_missing_instruction_gets_the_default():
     assert program_messages("a\n", None)[-1]["content"].endswith(DEFAULT_INSTRUCTION)
     assert plain_messages("a\n", "")[-1]["content"].endswith(DEFAULT_INSTRUCTION)

@@ -11,12 +11,11 @@ from dataclasses import replace
 
 import pytest
 
-from backend.runtime.prompt import context_program
-from backend.training import dataset
-from backend.training.examples import IGNORE, changed_chars, encode_example
 from backend.cli.common import UsageError
 from backend.cli.train_commands import _kind_weights
-from backend.training.examples import Example
+from backend.runtime.prompt import context_program
+from backend.training import dataset
+from backend.training.examples import IGNORE, Example, changed_chars, encode_example
 from backend.training.trainer import TrainConfig, epoch_order, learning_rate, train
 
 SOURCE = "def area(w, h):\n    return w * h\n\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n"
@@ -139,6 +138,8 @@ def test_train__loss_goes_down_and_a_resumed_run_matches_an_uninterrupted_one(da
 
     interrupted = train(replace(_config(data_file, tmp_path / "resumed"), max_minutes=0.0))
     assert interrupted["steps"] == 1 and not interrupted["finished"]
+    with pytest.raises(ValueError, match=r"other settings \(lr 0.005 -> 0.001; prompt 'zero-shot' -> 'instruction-first'\)"):
+        train(replace(_config(data_file, tmp_path / "resumed"), lr=1e-3, prompt="instruction-first"), resume=True)
     resumed = train(_config(data_file, tmp_path / "resumed"), resume=True)
     assert [p["step"] for p in resumed["curve"]] == [1, 2, 3, 4, 5, 6]
     assert [p["loss"] for p in resumed["curve"]] == pytest.approx(losses, abs=1e-4)
@@ -166,6 +167,40 @@ def test_kind_weights__a_weighted_run_trains_on_the_repeated_order_and_says_so(d
     saved = json.loads((tmp_path / "kinds" / "training.json").read_text())
     assert saved["config"]["kind_weights"] == [["test", 2]]
     assert "Times per epoch by kind: test 2, others 1" in (tmp_path / "kinds" / "TRAINING_CARD.md").read_text()
+
+
+def test_resume_mismatches__names_changed_settings_and_other_data_but_allows_where_and_how_long(tmp_path):
+    from backend.training.trainer import _comparable, resume_mismatches
+
+    config = TrainConfig(data="a.jsonl", out="run", kind_weights=(("rename", 3),))
+    state = {"config": _comparable(config), "data_sha256": "abc"}
+    moved = replace(config, data="elsewhere/a.jsonl", out="run2", max_steps=900, max_minutes=5.0, threads=1,
+                    checkpoint_every=3)
+    assert resume_mismatches(state, moved, "abc") == []
+    assert resume_mismatches(state, replace(config, kind_weights=()), "abc") == ["kind_weights [['rename', 3]] -> []"]
+    assert resume_mismatches(state, config, "def") == [
+        "training data a.jsonl is not the file the checkpoint trained on (sha256 differs)"]
+    assert resume_mismatches({}, replace(config, seed=4), "def") == []  # a checkpoint older than the check
+
+
+@pytest.mark.slow
+def test_prompt_style__a_run_trains_on_its_layout_and_its_directory_loads_with_it(data_file, tmp_path):
+    from backend.runtime.models import load_model, spec_for
+    from backend.training.trainer import encode_records, load_records
+
+    tokenizer = load_model("tiny-random", threads=1).tokenizer
+    records = load_records(data_file)
+    zero, _ = encode_records(tokenizer, records, eos_id=2, max_tokens=4096)
+    first, _ = encode_records(tokenizer, records, eos_id=2, max_tokens=4096, style="instruction-first")
+    for plain, ahead in zip(zero, first):  # the same answer after a prompt that is longer by the instruction
+        answer = sum(label != -100 for label in plain.labels)
+        assert len(ahead.input_ids) > len(plain.input_ids)
+        assert ahead.input_ids[-answer:] == plain.input_ids[-answer:]
+    run = tmp_path / "first"
+    train(replace(_config(data_file, run), max_steps=1, prompt="instruction-first"))
+    assert json.loads((run / "training.json").read_text())["config"]["prompt"] == "instruction-first"
+    assert "(instruction-first prompt)" in (run / "TRAINING_CARD.md").read_text()
+    assert spec_for(str(run)).prompt == "instruction-first"
 
 
 @pytest.mark.slow

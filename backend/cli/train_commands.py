@@ -55,6 +55,9 @@ def register(subparsers: Any) -> None:
                        help="loss weight of the tokens of a gen that write new text (default 1: a plain mean)")
     train.add_argument("--kind-weight", action="append", default=[], metavar="KIND=N",
                        help="each example of KIND appears N times per epoch (repeatable; 0 leaves it out; default 1)")
+    train.add_argument("--prompt", choices=("zero-shot", "instruction-first"), default="zero-shot",
+                       help="prompt layout to train on; the adapter's training.json records it and loading uses it "
+                            "(instruction-first: the instruction also before the numbered input)")
     train.set_defaults(handler=cmd_train)
 
     evaluate = subparsers.add_parser("evaluate", help="model-mode evaluation: finished programs, exact match, speed")
@@ -112,7 +115,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                          max_tokens=args.max_tokens, checkpoint_every=args.checkpoint_every,
                          max_minutes=args.max_minutes, seed=args.seed, threads=args.threads,
                          init_adapter=args.init_adapter, changed_weight=args.changed_weight,
-                         kind_weights=_kind_weights(args.kind_weight))
+                         kind_weights=_kind_weights(args.kind_weight), prompt=args.prompt)
     manifest_path = Path(args.data).with_name("manifest.json")
     manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
     manifest_summary = {k: manifest.get(k) for k in ("generator_version", "config", "counts", "languages", "leak_check",

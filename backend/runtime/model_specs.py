@@ -19,6 +19,8 @@ from typing import Any, Mapping
 
 import yaml
 
+from backend.runtime.prompt import PROMPT_STYLES
+
 MODELS_YAML = Path(__file__).resolve().parents[2] / "models.yaml"
 SOURCE_KINDS = ("gguf-package", "hub", "local", "shape", "adapter")
 REPO_ROOT = MODELS_YAML.parent
@@ -57,7 +59,7 @@ class ModelSpec:
     dtype: Mapping[str, str] = field(hash=False)  # device type -> torch dtype name
     tokenizer: str | None = None    # entry whose HF tokenizer to borrow (shape models); None: own / none
     is_default: bool = False
-    prompt: str = "few-shot"        # copy-as-decode prompt style: "few-shot" | "zero-shot" (trained models)
+    prompt: str = "few-shot"        # copy-as-decode prompt style (runtime.prompt.PROMPT_STYLES); trained models: zero-shot, instruction-first
 
     @property
     def adapter_dir(self) -> Path | None:
@@ -113,6 +115,9 @@ def _spec_from_entry(entry: dict[str, Any], default_name: str | None) -> ModelSp
     if unknown:
         raise ValueError(f"models.yaml: {name}: unknown source keys {sorted(unknown)}")
     source = ModelSource(kind=kind, **{k: _freeze(v) for k, v in src.items()})
+    prompt = str(entry.get("prompt") or "few-shot")
+    if prompt not in PROMPT_STYLES:
+        raise ValueError(f"models.yaml: {name}: prompt must be one of {PROMPT_STYLES}, not {prompt!r}")
     return ModelSpec(
         name=name,
         label=str(entry.get("label") or name),
@@ -123,7 +128,7 @@ def _spec_from_entry(entry: dict[str, Any], default_name: str | None) -> ModelSp
         dtype=_freeze(dict(entry.get("dtype") or {"cuda": "bfloat16", "cpu": "float32"})),
         tokenizer=entry.get("tokenizer"),
         is_default=(name == default_name),
-        prompt=str(entry.get("prompt") or "few-shot"),
+        prompt=prompt,
     )
 
 
@@ -195,12 +200,14 @@ def spec_for(name_or_spec: str | ModelSpec) -> ModelSpec:
 
 def trained_adapter_spec(folder: Path) -> ModelSpec:
     """An adapter directory written by `python -m backend train` as a spec: its base entry (named in
-    the directory's training.json) with that adapter merged in and the zero-shot prompt it was
-    trained on; so `--model var/train-run5` evaluates a run before it is registered in models.yaml.
+    the directory's training.json) with that adapter merged in and the prompt style it was
+    trained on (the card's config.prompt; zero-shot for cards written before the option); so
+    `--model var/train-run5` evaluates a run before it is registered in models.yaml.
     UnknownModel when the directory does not say its base."""
     card = folder / "training.json"
     try:
-        base_name = json.loads(card.read_text(encoding="utf-8"))["config"]["base_model"]
+        config = json.loads(card.read_text(encoding="utf-8"))["config"]
+        base_name, prompt = config["base_model"], str(config.get("prompt") or "zero-shot")
     except (OSError, ValueError, KeyError, TypeError):
         raise UnknownModel(f"{folder}: an adapter directory needs the training.json that `train` writes "
                            "(it names the base model); or register the adapter in models.yaml") from None
@@ -210,4 +217,4 @@ def trained_adapter_spec(folder: Path) -> ModelSpec:
     path = folder.resolve()
     return dataclasses.replace(base, name=str(folder), label=f"{base.label} + adapter {path}",
                                source=ModelSource(kind="adapter", base=base.name, path=str(path)),
-                               is_default=False, prompt="zero-shot")
+                               is_default=False, prompt=prompt)

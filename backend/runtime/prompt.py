@@ -120,29 +120,37 @@ def context_text(ops: Sequence[Op], source: str) -> str:
     return "".join(parts)
 
 
-def _program_user(source: str, instruction: str | None) -> str:
-    return f"Input:\n{number_lines(source)}Instruction: {instruction or DEFAULT_INSTRUCTION}"
+def _program_user(source: str, instruction: str | None, *, instruction_first: bool = False) -> str:
+    text = f"Input:\n{number_lines(source)}Instruction: {instruction or DEFAULT_INSTRUCTION}"
+    if instruction_first:
+        # A causal model reads each numbered line once, before the answer: with the instruction
+        # also ahead of the input, the lines are read knowing what to look for (where to edit);
+        # the copy after the input keeps it next to the answer, as the zero-shot layout has it.
+        return f"Instruction: {instruction or DEFAULT_INSTRUCTION}\n{text}"
+    return text
 
 
 def _plain_user(source: str, instruction: str | None) -> str:
     return f"Input:\n{source}\nInstruction: {instruction or DEFAULT_INSTRUCTION}"
 
 
-PROMPT_STYLES = ("few-shot", "zero-shot")
+PROMPT_STYLES = ("few-shot", "zero-shot", "instruction-first")
 
 
 def program_messages(source: str, instruction: str | None, *, style: str = "few-shot") -> list[dict[str, str]]:
     """Chat messages asking for a copy-as-decode program: the system text, the two worked examples
     ("few-shot", for untrained models) or none ("zero-shot", for a model trained on the format:
     ~330 fewer prompt tokens per edit), then the numbered input and the instruction.
-    Rejects an unknown style (ValueError)."""
+    "instruction-first" is zero-shot with the instruction also before the numbered input (a model
+    trained on it). Rejects an unknown style (ValueError)."""
     if style not in PROMPT_STYLES:
         raise ValueError(f"unknown prompt style {style!r}: use one of {', '.join(PROMPT_STYLES)}")
     messages = [{"role": "system", "content": PROGRAM_SYSTEM}]
     for example_source, example_instruction, ops in EXAMPLES if style == "few-shot" else ():
         messages.append({"role": "user", "content": _program_user(example_source, example_instruction)})
         messages.append({"role": "assistant", "content": context_text(ops, example_source)})
-    messages.append({"role": "user", "content": _program_user(source, instruction)})
+    messages.append({"role": "user", "content": _program_user(source, instruction,
+                                                              instruction_first=style == "instruction-first")})
     return messages
 
 

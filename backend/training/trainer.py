@@ -11,10 +11,14 @@
   loss on those tokens alone.
 - `kind_weights` (KIND, N): each example of KIND appears N times in an epoch's order (0 leaves the
   kind out; unnamed kinds 1), to spend a short run on the kinds the model gets wrong.
+- `prompt`: the prompt layout examples are encoded in (zero-shot, or instruction-first: the
+  instruction also before the numbered input); training.json records it and loading the adapter
+  uses it.
 - bf16 autocast on a CPU that supports it, CUDA when present; seeded data order and dropout.
 - A checkpoint (adapter + optimizer + schedule + data position + loss curve) every
   `checkpoint_every` steps, written to a temporary directory and renamed, so a killed run resumes
-  (`resume=True`) from the last complete checkpoint. `max_minutes` stops cleanly with a checkpoint;
+  (`resume=True`) from the last complete checkpoint; a checkpoint made with other settings (any but
+  where and how long the run goes; the data compared by hash) is refused. `max_minutes` stops cleanly with a checkpoint;
   so does Ctrl-C or SIGTERM (after the step in progress, then the adapter and card are written as
   for a finished run; a second signal aborts at once).
 - At the end: the adapter in float16 safetensors (a few MB), `training.json` (config, data manifest
@@ -23,6 +27,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -36,6 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from backend.training.card import loss_text, mean_changed_loss, training_card
 from backend.training.examples import IGNORE, Example, encode_example
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -63,6 +69,14 @@ class TrainConfig:
     init_adapter: str | None = None  # warm start: a saved adapter (same rank and targets) to continue from
     changed_weight: float = 1.0      # loss weight of the tokens that write the edit (Example.changed); 1 = plain mean
     kind_weights: tuple[tuple[str, int], ...] = ()  # (kind, times per epoch); unnamed kinds once
+    prompt: str = "zero-shot"        # the prompt style examples are laid out in (runtime.prompt.PROMPT_STYLES)
+
+
+def _file_sha256(path: str | Path) -> str | None:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 def load_records(path: str | Path) -> list[dict[str, Any]]:
@@ -70,9 +84,10 @@ def load_records(path: str | Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in handle if line.strip()]
 
 
-def encode_records(tokenizer: Any, records: list[dict[str, Any]], *, eos_id: int, max_tokens: int) -> tuple[list[Example], int]:
-    """Encoded examples no longer than `max_tokens`, and how many were skipped as too long."""
-    examples = [encode_example(tokenizer, record, eos_id=eos_id) for record in records]
+def encode_records(tokenizer: Any, records: list[dict[str, Any]], *, eos_id: int, max_tokens: int,
+                   style: str = "zero-shot") -> tuple[list[Example], int]:
+    """Encoded examples (in prompt `style`) no longer than `max_tokens`, and how many were skipped as too long."""
+    examples = [encode_example(tokenizer, record, eos_id=eos_id, style=style) for record in records]
     kept = [e for e in examples if len(e.input_ids) <= max_tokens]
     return kept, len(examples) - len(kept)
 
@@ -139,6 +154,7 @@ class Run:
         self.curve: list[dict[str, Any]] = []  # step, loss, tokens, seconds, changed_loss (None: no edit tokens)
         self.tokens_seen = 0
         self.seconds = 0.0
+        self.data_sha256 = _file_sha256(config.data)
 
     def next_batch(self) -> list[Example]:
         batch = []
@@ -207,7 +223,8 @@ class Run:
         self.model.save_pretrained(str(tmp))
         torch.save({"optimizer": self.optimizer.state_dict(), "step": self.step, "position": self.position,
                     "order": self.order, "curve": self.curve, "tokens_seen": self.tokens_seen,
-                    "seconds": self.seconds, "torch_rng": torch.get_rng_state()}, tmp / "state.pt")
+                    "seconds": self.seconds, "torch_rng": torch.get_rng_state(),
+                    "config": _comparable(self.config), "data_sha256": self.data_sha256}, tmp / "state.pt")
         shutil.rmtree(folder, ignore_errors=True)
         os.rename(tmp, folder)
 
@@ -216,10 +233,34 @@ class Run:
 
         load_adapter_weights(self.model, folder)
         state = torch.load(folder / "state.pt", weights_only=False)
+        changed = resume_mismatches(state, self.config, self.data_sha256)
+        if changed:
+            raise ValueError(f"--resume {folder}: the checkpoint was made with other settings ({'; '.join(changed)}); "
+                             "resume with the same ones, or start a new run in another --out")
         self.optimizer.load_state_dict(state["optimizer"])
         self.step, self.position, self.order = state["step"], state["position"], state["order"]
         self.curve, self.tokens_seen, self.seconds = state["curve"], state["tokens_seen"], state["seconds"]
         torch.set_rng_state(state["torch_rng"])
+
+
+# What a resumed run may change: where and how long it runs, not what it learns from or how.
+RESUMABLE_CHANGES = frozenset({"out", "data", "max_steps", "max_minutes", "checkpoint_every", "threads"})
+
+
+def _comparable(config: TrainConfig) -> dict[str, Any]:
+    return json.loads(json.dumps(asdict(config)))  # tuples as lists, as a reloaded config has them
+
+
+def resume_mismatches(state: dict[str, Any], config: TrainConfig, data_sha256: str | None) -> list[str]:
+    """The settings a checkpoint's `state` was saved with that differ from `config` (the data by its
+    hash, so a moved file still resumes); empty for a checkpoint older than this check."""
+    saved = state.get("config") or {}
+    now = _comparable(config)
+    changed = [f"{key} {saved[key]!r} -> {value!r}" for key, value in now.items()
+               if key not in RESUMABLE_CHANGES and key in saved and saved[key] != value]
+    if state.get("data_sha256") and data_sha256 and state["data_sha256"] != data_sha256:
+        changed.append(f"training data {config.data} is not the file the checkpoint trained on (sha256 differs)")
+    return changed
 
 
 def load_adapter_weights(model: Any, folder: Path) -> None:
@@ -252,7 +293,7 @@ def progress_line(run: Run, loss: float, started_tokens: int, started: float) ->
     rate = (run.tokens_seen - started_tokens) / max(1e-9, time.perf_counter() - started)
     remaining = (run.config.max_steps - run.step) * run.config.examples_per_step * (run.tokens_seen / max(1, run.step * run.config.examples_per_step)) / max(rate, 1e-9)
     changed = run.curve[-1].get("changed_loss") if run.curve else None
-    return (f"step {run.step}/{run.config.max_steps}  loss {loss:.4f}  edit-token loss {_loss_text(changed)}  "
+    return (f"step {run.step}/{run.config.max_steps}  loss {loss:.4f}  edit-token loss {loss_text(changed)}  "
             f"lr {learning_rate(run.config, run.step - 1):.2e}  "
             f"{rate:.0f} tok/s  tokens {run.tokens_seen}  elapsed {run.seconds / 60:.1f} min  eta {remaining / 60:.1f} min")
 
@@ -303,7 +344,7 @@ def train(config: TrainConfig, *, resume: bool = False, manifest: dict[str, Any]
     loaded = load_model(config.base_model, threads=config.threads)
     records = load_records(config.data)
     examples, skipped = encode_records(loaded.tokenizer, records, eos_id=loaded.eos_ids[0] if loaded.eos_ids else 2,
-                                       max_tokens=config.max_tokens)
+                                       max_tokens=config.max_tokens, style=config.prompt)
     if not examples:
         raise ValueError(f"{config.data}: no example fits in {config.max_tokens} tokens")
     model = lora_model(loaded.model, config)
@@ -347,44 +388,3 @@ def train(config: TrainConfig, *, resume: bool = False, manifest: dict[str, Any]
     (out / "training.json").write_text(json.dumps(card, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     (out / "TRAINING_CARD.md").write_text(training_card(card), encoding="utf-8")
     return card
-
-
-def mean_changed_loss(points: list[dict[str, Any]]) -> float | None:
-    values = [p["changed_loss"] for p in points if p.get("changed_loss") is not None]
-    return round(sum(values) / len(values), 5) if values else None
-
-
-def training_card(card: dict[str, Any]) -> str:
-    config, data = card["config"], card.get("data_manifest") or {}
-    curve = card["curve"]
-    marks = [curve[i] for i in sorted({0, len(curve) // 4, len(curve) // 2, 3 * len(curve) // 4, len(curve) - 1})] if curve else []
-    rows = "\n".join(f"| {p['step']} | {p['tokens']} | {p['seconds'] / 60:.1f} | {p['loss']:.4f} | {_loss_text(p.get('changed_loss'))} |"
-                     for p in marks)
-    return f"""# Training card: {Path(config['out']).name}
-
-LoRA adapter for `{config['base_model']}` that writes copy-as-decode programs (zero-shot prompt).
-
-- Data: `{config['data']}` ({card['examples']} examples fit {config['max_tokens']} tokens, {card['skipped_too_long']} skipped),
-  generator version {data.get('generator_version')}, counts {json.dumps(data.get('counts', {}))}
-- LoRA r={config['rank']} alpha={config['alpha']} dropout={config['dropout']} on {', '.join(config['targets'])}
-- Loss weight of the tokens that write the edit: {config.get('changed_weight', 1.0)}
-- Times per epoch by kind: {_kind_weights_text(config.get('kind_weights'))}
-- lr {config['lr']} (warm-up {config['warmup_steps']}, cosine to 10% at step {config['max_steps']}),
-  {config['examples_per_step']} sequences per step, seed {config['seed']}
-- Ran {card['steps']} steps ({'finished' if card['finished'] else 'stopped early by ' + str(card.get('stopped_by'))}), {card['examples_seen']} examples,
-  {card['tokens_seen']} tokens in {card['wall_seconds'] / 60:.1f} min ({card['tokens_per_second']} tokens/s)
-- Machine: {json.dumps(card['machine'])}
-- Adapter: {card['adapter_bytes']} bytes (float16 safetensors)
-
-| step | tokens | minutes | loss per program token | loss on the tokens that write the edit |
-|---|---|---|---|---|
-{rows}
-"""
-
-
-def _kind_weights_text(weights: Any) -> str:
-    return ", ".join(f"{kind} {times}" for kind, times in weights) + ", others 1" if weights else "1 (every kind once)"
-
-
-def _loss_text(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4f}"
