@@ -167,6 +167,10 @@ def test_kind_weights__a_weighted_run_trains_on_the_repeated_order_and_says_so(d
     saved = json.loads((tmp_path / "kinds" / "training.json").read_text())
     assert saved["config"]["kind_weights"] == [["test", 2]]
     assert "Times per epoch by kind: test 2, others 1" in (tmp_path / "kinds" / "TRAINING_CARD.md").read_text()
+    # a kind the data lacks stops the run before anything is loaded or written
+    with pytest.raises(ValueError, match="--kind-weight tset: no training example of that kind"):
+        train(replace(_config(data_file, tmp_path / "typo"), kind_weights=(("tset", 2),)))
+    assert not (tmp_path / "typo").exists()
 
 
 def test_resume_mismatches__names_changed_settings_and_other_data_but_allows_where_and_how_long(tmp_path):

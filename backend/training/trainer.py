@@ -96,17 +96,21 @@ def epoch_order(examples: list[Example], kind_weights: tuple[tuple[str, int], ..
     """Example indices for one epoch, seeded-shuffled: each example as often as its kind's weight.
     Rejects (ValueError) a weighted kind with no example, a negative weight, or an empty epoch."""
     weights = dict(kind_weights)
-    present = {e.kind for e in examples}
-    for kind, times in weights.items():
-        if kind not in present:
-            raise ValueError(f"--kind-weight {kind}: no training example of that kind (kinds: {', '.join(sorted(present))})")
-        if times < 0:
-            raise ValueError(f"--kind-weight {kind}={times}: a weight is a count of 0 or more")
+    check_kind_weights(kind_weights, {e.kind for e in examples})
     order = [index for index, example in enumerate(examples) for _ in range(weights.get(example.kind, 1))]
     if not order:
         raise ValueError("every kind has weight 0: nothing to train on")
     random.Random(f"train:{seed}").shuffle(order)
     return order
+
+
+def check_kind_weights(kind_weights: tuple[tuple[str, int], ...], present: set[str]) -> None:
+    """ValueError for a weighted kind absent from the data (`present` kinds) or a negative weight."""
+    for kind, times in kind_weights:
+        if kind not in present:
+            raise ValueError(f"--kind-weight {kind}: no training example of that kind (kinds: {', '.join(sorted(present))})")
+        if times < 0:
+            raise ValueError(f"--kind-weight {kind}={times}: a weight is a count of 0 or more")
 
 
 def learning_rate(config: TrainConfig, step: int) -> float:
@@ -340,9 +344,11 @@ def train(config: TrainConfig, *, resume: bool = False, manifest: dict[str, Any]
     from backend.measure.machine import machine_info
     from backend.runtime.models import load_model
 
+    records = load_records(config.data)
+    # a mistyped --kind-weight is caught before the model loads and the data is encoded (a minute)
+    check_kind_weights(config.kind_weights, {str(r.get("kind", "")) for r in records})
     torch.manual_seed(config.seed)
     loaded = load_model(config.base_model, threads=config.threads)
-    records = load_records(config.data)
     examples, skipped = encode_records(loaded.tokenizer, records, eos_id=loaded.eos_ids[0] if loaded.eos_ids else 2,
                                        max_tokens=config.max_tokens, style=config.prompt)
     if not examples:
