@@ -18,9 +18,9 @@
 - A checkpoint (adapter + optimizer + schedule + data position + loss curve) every
   `checkpoint_every` steps, written to a temporary directory and renamed, so a killed run resumes
   (`resume=True`) from the last complete checkpoint; a checkpoint made with other settings (any but
-  where and how long the run goes; the data compared by hash) is refused. `max_minutes` stops cleanly with a checkpoint;
-  so does Ctrl-C or SIGTERM (after the step in progress, then the adapter and card are written as
-  for a finished run; a second signal aborts at once).
+  where and how long the run goes; the data compared by hash) is refused. `max_minutes` stops
+  cleanly with a checkpoint; so does Ctrl-C or SIGTERM (after the step in progress, then the
+  adapter and card are written as for a finished run; a second signal aborts at once).
 - At the end: the adapter in float16 safetensors (a few MB), `training.json` (config, data manifest
   hash, loss curve, tokens, wall time, machine) and TRAINING_CARD.md.
 """
