@@ -197,9 +197,10 @@ def test_prompt_style__a_run_trains_on_its_layout_and_its_directory_loads_with_i
     zero, _ = encode_records(tokenizer, records, eos_id=2, max_tokens=4096)
     first, _ = encode_records(tokenizer, records, eos_id=2, max_tokens=4096, style="instruction-first")
     for plain, ahead in zip(zero, first):  # the same answer after a prompt that is longer by the instruction
-        answer = sum(label != -100 for label in plain.labels)
+        answer = len(plain.input_ids) - next(i for i, label in enumerate(plain.labels) if label != IGNORE)
         assert len(ahead.input_ids) > len(plain.input_ids)
         assert ahead.input_ids[-answer:] == plain.input_ids[-answer:]
+        assert ahead.labels[-answer:] == plain.labels[-answer:]
     run = tmp_path / "first"
     train(replace(_config(data_file, run), max_steps=1, prompt="instruction-first"))
     assert json.loads((run / "training.json").read_text())["config"]["prompt"] == "instruction-first"

@@ -121,13 +121,12 @@ def context_text(ops: Sequence[Op], source: str) -> str:
 
 
 def _program_user(source: str, instruction: str | None, *, instruction_first: bool = False) -> str:
-    text = f"Input:\n{number_lines(source)}Instruction: {instruction or DEFAULT_INSTRUCTION}"
-    if instruction_first:
-        # A causal model reads each numbered line once, before the answer: with the instruction
-        # also ahead of the input, the lines are read knowing what to look for (where to edit);
-        # the copy after the input keeps it next to the answer, as the zero-shot layout has it.
-        return f"Instruction: {instruction or DEFAULT_INSTRUCTION}\n{text}"
-    return text
+    asked = f"Instruction: {instruction or DEFAULT_INSTRUCTION}"
+    text = f"Input:\n{number_lines(source)}{asked}"
+    # A causal model reads each numbered line once, before the answer: with the instruction also
+    # ahead of the input, the lines are read knowing what to look for (where to edit); the copy
+    # after the input keeps it next to the answer, as the zero-shot layout has it.
+    return f"{asked}\n{text}" if instruction_first else text
 
 
 def _plain_user(source: str, instruction: str | None) -> str:
