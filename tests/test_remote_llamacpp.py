@@ -122,7 +122,7 @@ def test_serve_command__adapter_entries_get_their_merged_gguf() -> None:
     from backend.cli.serve_command import server_command
 
     base = server_command("smollm2-135m", "127.0.0.1", 8080, None)
-    assert base[1:4] == ["-m", "llama_cpp.server", "--model"] and base[4] == str(gguf_path(get_spec("smollm2-135m")))
+    assert base[1:4] == ["-m", "backend.runtime.llamacpp_server", "--model"] and base[4] == str(gguf_path(get_spec("smollm2-135m")))
     assert "--lora_path" not in base and base[base.index("--n_ctx") + 1] == "8192"
     adapter = server_command("smollm2-135m-cad", "127.0.0.1", 8080, 2048)
     # the adapter merged into a copy of the base GGUF: one model file, no run-time LoRA

@@ -1,5 +1,6 @@
 """`serve-llamacpp [--model M] [--host H] [--port P] [--n-ctx N] [--print]`: llama.cpp's OpenAI-compatible
-server (llama-cpp-python's `llama_cpp.server`) on a models.yaml entry, the trained adapter included.
+server (llama-cpp-python's `llama_cpp.server`, started through `backend.runtime.llamacpp_server` for
+the runtime's weight-repacking setting) on a models.yaml entry, the trained adapter included.
 
 An adapter entry is served as its base GGUF with the adapter merged in, converted once (the same
 file the in-process llama.cpp runtime loads), so `--engine-url http://H:P --engine-kind
@@ -13,6 +14,7 @@ import argparse
 import os
 import shlex
 import sys
+from pathlib import Path
 from typing import Any
 
 from backend.cli.common import UsageError
@@ -29,7 +31,8 @@ def register(subparsers: Any) -> None:
 
 
 def server_command(model: str | None, host: str, port: int, n_ctx: int | None) -> list[str]:
-    """The `python -m llama_cpp.server ...` argv for the entry (UsageError if it has no GGUF)."""
+    """The `python -m backend.runtime.llamacpp_server ...` argv for the entry (llama_cpp.server with
+    the runtime's weight-repacking setting; UsageError if the entry has no GGUF)."""
     from backend.runtime.llamacpp import gguf_files
     from backend.runtime.models import ModelUnavailable, UnknownModel, default_model_name, spec_for
 
@@ -38,18 +41,30 @@ def server_command(model: str | None, host: str, port: int, n_ctx: int | None) -
         base, lora = gguf_files(spec)
     except (ModelUnavailable, UnknownModel) as error:
         raise UsageError(str(error)) from None
-    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(base), "--host", host, "--port", str(port),
+    command = [sys.executable, "-m", "backend.runtime.llamacpp_server", "--model", str(base), "--host", host, "--port", str(port),
                "--n_ctx", str(n_ctx or spec.context_length), "--model_alias", spec.name]
     return command + (["--lora_path", str(lora)] if lora is not None else [])
+
+
+# The launcher is this project's module: the exec'd process finds it from any working directory.
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def server_environment(environ: dict[str, str]) -> dict[str, str]:
+    """environ with the project root first on PYTHONPATH (for `-m backend.runtime.llamacpp_server`)."""
+    paths = [str(PROJECT_ROOT)] + [p for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(PROJECT_ROOT)]
+    return {**environ, "PYTHONPATH": os.pathsep.join(paths)}
 
 
 def cmd_serve_llamacpp(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         raise UsageError(f"--port {args.port}: not a port number")
     command = server_command(args.model, args.host, args.port, args.n_ctx)
+    environment = server_environment(dict(os.environ))
+    shown = shlex.join([f"PYTHONPATH={environment['PYTHONPATH']}", *command])
     if args.print:
-        print(shlex.join(command))
+        print(shown)
         return 0
-    print(f"serving on http://{args.host}:{args.port}: {shlex.join(command)}", file=sys.stderr, flush=True)
-    os.execv(command[0], command)
+    print(f"serving on http://{args.host}:{args.port}: {shown}", file=sys.stderr, flush=True)
+    os.execve(command[0], command, environment)
     return 0  # not reached

@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 from backend.runtime.kv import tail_rows
+from backend.runtime.llamacpp_repack import model_params
 from backend.runtime.models import (
     REAL_WEIGHTS,
     ModelSpec,
@@ -371,7 +372,7 @@ def load_llamacpp(
     n_ctx = int(n_ctx or spec.context_length)
     try:
         llama_model = _internals.LlamaModel(
-            path_model=str(gguf), params=llama_cpp.llama_model_default_params(), verbose=False
+            path_model=str(gguf), params=model_params(llama_cpp), verbose=False
         )
         context = _internals.LlamaContext(model=llama_model, params=_context_params(llama_cpp, n_ctx, threads), verbose=False)
     except ValueError as error:
