@@ -15,7 +15,9 @@ Only the standard library here: the server launcher (`llamacpp_server`) reads it
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 REPACK_ENV = "COPY_AS_DECODE_LLAMA_REPACK"
 AMX_FLAGS = frozenset({"amx_tile", "amx_int8", "amx_bf16"})
@@ -35,11 +37,10 @@ def cpu_flags(cpuinfo: str | None = None) -> frozenset[str]:
     return frozenset()
 
 
-def repacking_allowed(environ: dict[str, str] | None = None, cpuinfo: str | None = None) -> bool:
+def repacking_allowed(environ: Mapping[str, str] | None = None, cpuinfo: str | None = None) -> bool:
     """False on a CPU with AMX (see the module docstring) unless $COPY_AS_DECODE_LLAMA_REPACK=on;
     True elsewhere unless it is off. ValueError for any other value of the variable."""
-    environ = os.environ if environ is None else environ
-    chosen = environ.get(REPACK_ENV, "").strip().lower() or "auto"
+    chosen = (os.environ if environ is None else environ).get(REPACK_ENV, "").strip().lower() or "auto"
     if chosen not in ("on", "off", "auto"):
         raise ValueError(f"${REPACK_ENV} must be one of on, off, auto, not {chosen!r}")
     if chosen != "auto":
@@ -47,7 +48,7 @@ def repacking_allowed(environ: dict[str, str] | None = None, cpuinfo: str | None
     return not (cpu_flags(cpuinfo) & AMX_FLAGS)
 
 
-def model_params(llama_cpp_module, environ: dict[str, str] | None = None, cpuinfo: str | None = None):
+def model_params(llama_cpp_module: Any, environ: Mapping[str, str] | None = None, cpuinfo: str | None = None) -> Any:
     """llama.cpp's default model params with weight repacking set by `repacking_allowed`."""
     params = llama_cpp_module.llama_model_default_params()
     params.use_extra_bufts = repacking_allowed(environ, cpuinfo)

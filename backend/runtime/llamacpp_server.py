@@ -27,7 +27,7 @@ def apply_repack_setting() -> bool:
         params.use_extra_bufts = allowed
         return params
 
-    default_params_with_repack_setting.unwrapped_default_params = original
+    setattr(default_params_with_repack_setting, "unwrapped_default_params", original)
     low_level.llama_model_default_params = default_params_with_repack_setting
     return allowed
 
