@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -19,7 +20,7 @@ AVX2_CPU = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma f16c\n"
 def test_cpu_flags_reads_the_flags_line() -> None:
     assert "amx_int8" in cpu_flags(AMX_CPU) and "avx2" in cpu_flags(AVX2_CPU)
     assert cpu_flags("no flags here\n") == frozenset()
-    assert cpu_flags() == cpu_flags(open("/proc/cpuinfo").read())  # this machine's own
+    assert cpu_flags() == cpu_flags(Path("/proc/cpuinfo").read_text())  # this machine's own
 
 
 def test_repacking_is_off_on_amx_cpus_and_on_elsewhere() -> None:
