@@ -306,3 +306,36 @@ def test_sigterm__stops_after_the_step_with_a_checkpoint_and_the_adapter_then_re
     assert f"resumed at step {steps}" in resumed.stderr
     card = json.loads((out / "training.json").read_text())
     assert card["finished"] and card["steps"] == steps + 1 and card["stopped_by"] is None
+
+
+def test_attention_setting__eager_and_sdpa_give_the_same_losses_and_gradients(data_file):
+    """`train --attention` picks a kernel for speed only: both must compute the same loss and gradient."""
+    import torch
+
+    from backend.runtime.models import load_model
+    from backend.training.trainer import Run, encode_records, load_records, lora_model
+
+    config = _config(data_file, "unused")
+    results = []
+    for attention in ("sdpa", "eager"):
+        torch.manual_seed(0)
+        loaded = load_model("tiny-random", threads=1)
+        loaded.model.set_attn_implementation(attention)
+        assert loaded.model.config._attn_implementation == attention
+        model = lora_model(loaded.model, replace(config, attention=attention))
+        for name, parameter in model.named_parameters():  # LoRA B starts at zero: give the adapter a gradient path
+            if "lora_B" in name:
+                torch.nn.init.normal_(parameter, std=0.02, generator=torch.Generator().manual_seed(len(name)))
+        model.train()
+        examples, _ = encode_records(loaded.tokenizer, load_records(config.data), eos_id=2, max_tokens=2048)
+        losses = Run(replace(config, attention=attention), examples, model, loaded.device).token_losses(examples[0])
+        losses.sum().backward()
+        grads = [p.grad.clone() for n, p in model.named_parameters() if p.requires_grad]
+        results.append((losses.detach(), grads))
+    (sdpa_losses, sdpa_grads), (eager_losses, eager_grads) = results
+    assert sdpa_losses.numel() > 10
+    assert torch.allclose(sdpa_losses, eager_losses, atol=2e-2, rtol=1e-2)
+    assert any(g.abs().sum() > 0 for g in eager_grads)
+    cosine = torch.nn.functional.cosine_similarity(torch.cat([g.flatten() for g in sdpa_grads]),
+                                                    torch.cat([g.flatten() for g in eager_grads]), dim=0)
+    assert cosine > 0.99

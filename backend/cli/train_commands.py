@@ -55,6 +55,9 @@ def register(subparsers: Any) -> None:
                        help="loss weight of the tokens of a gen that write new text (default 1: a plain mean)")
     train.add_argument("--kind-weight", action="append", default=[], metavar="KIND=N",
                        help="each example of KIND appears N times per epoch (repeatable; 0 leaves it out; default 1)")
+    train.add_argument("--dropout", type=float, default=0.0, help="LoRA dropout (default 0; runs 1-10 used 0.05)")
+    train.add_argument("--attention", choices=("eager", "sdpa"), default="eager",
+                       help="attention kernel while training (default eager: faster on a CPU at these lengths)")
     train.add_argument("--prompt", choices=("zero-shot", "instruction-first"), default="zero-shot",
                        help="prompt layout to train on; the adapter's training.json records it and loading uses it "
                             "(instruction-first: the instruction also before the numbered input)")
@@ -110,12 +113,15 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise UsageError(f"training data {args.data}: no such file (run `python -m backend make-data` first)")
     if args.max_steps <= 0 or args.examples_per_step <= 0 or not args.lr > 0 or not args.changed_weight > 0:
         raise UsageError("--max-steps, --examples-per-step, --lr and --changed-weight must be positive")
+    if not 0.0 <= args.dropout < 1.0:
+        raise UsageError(f"--dropout {args.dropout}: a probability in [0, 1)")
     config = TrainConfig(data=args.data, out=args.out, base_model=args.model, rank=args.rank, alpha=2 * args.rank,
                          lr=args.lr, max_steps=args.max_steps, examples_per_step=args.examples_per_step,
                          max_tokens=args.max_tokens, checkpoint_every=args.checkpoint_every,
                          max_minutes=args.max_minutes, seed=args.seed, threads=args.threads,
                          init_adapter=args.init_adapter, changed_weight=args.changed_weight,
-                         kind_weights=_kind_weights(args.kind_weight), prompt=args.prompt)
+                         kind_weights=_kind_weights(args.kind_weight), prompt=args.prompt,
+                         dropout=args.dropout, attention=args.attention)
     manifest_path = Path(args.data).with_name("manifest.json")
     manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
     manifest_summary = {k: manifest.get(k) for k in ("generator_version", "config", "counts", "languages", "leak_check",

@@ -25,7 +25,7 @@ LoRA adapter for `{config['base_model']}` that writes copy-as-decode programs ({
 
 - Data: `{config['data']}` ({card['examples']} examples fit {config['max_tokens']} tokens, {card['skipped_too_long']} skipped),
   generator version {data.get('generator_version')}, counts {json.dumps(data.get('counts', {}))}
-- LoRA r={config['rank']} alpha={config['alpha']} dropout={config['dropout']} on {', '.join(config['targets'])}
+- LoRA r={config['rank']} alpha={config['alpha']} dropout={config['dropout']} on {', '.join(config['targets'])}; {config.get('attention', 'sdpa')} attention
 - Loss weight of the tokens that write the edit: {config.get('changed_weight', 1.0)}
 - Times per epoch by kind: {_kind_weights_text(config.get('kind_weights'))}
 - lr {config['lr']} (warm-up {config['warmup_steps']}, cosine to 10% at step {config['max_steps']}),
