@@ -26,6 +26,13 @@ from backend.cli.edit_commands import _add_runtime_flags, _runtime_options
 
 
 def register(subparsers: Any) -> None:
+    _register_make_data(subparsers)
+    _register_train(subparsers)
+    _register_evaluate(subparsers)
+    _register_adapter_cost(subparsers)
+
+
+def _register_make_data(subparsers: Any) -> None:
     data = subparsers.add_parser("make-data", help="training/dev edit cases with oracle programs")
     data.add_argument("--out", default="var/training-data", help="output directory (default var/training-data)")
     data.add_argument("--train", type=int, default=6000, help="training cases (default 6000)")
@@ -36,6 +43,8 @@ def register(subparsers: Any) -> None:
     data.add_argument("--data-dir", default=None, help="evaluation corpora for the leak check (default ../shared/data)")
     data.set_defaults(handler=cmd_make_data)
 
+
+def _register_train(subparsers: Any) -> None:
     train = subparsers.add_parser("train", help="LoRA-train the model to write programs")
     train.add_argument("--data", required=True, help="train.jsonl from make-data")
     train.add_argument("--out", required=True, help="adapter directory to write")
@@ -63,6 +72,8 @@ def register(subparsers: Any) -> None:
                             "(instruction-first: the instruction also before the numbered input)")
     train.set_defaults(handler=cmd_train)
 
+
+def _register_evaluate(subparsers: Any) -> None:
     evaluate = subparsers.add_parser("evaluate", help="model-mode evaluation: finished programs, exact match, speed")
     evaluate.add_argument("corpora", nargs="+", metavar="CORPUS",
                           help="a corpus name, commits-heldout, or a case JSONL (e.g. var/training-data/dev.jsonl)")
@@ -81,6 +92,8 @@ def register(subparsers: Any) -> None:
     _add_runtime_flags(evaluate, remote=True)  # llama.cpp: the adapter merged into a copy of the base GGUF
     evaluate.set_defaults(handler=cmd_evaluate)
 
+
+def _register_adapter_cost(subparsers: Any) -> None:
     cost = subparsers.add_parser("adapter-cost", help="decode step merged vs unmerged; zero- vs few-shot prompt")
     cost.add_argument("--model", default="smollm2-135m-cad", help="an adapter entry of models.yaml")
     cost.add_argument("--corpus", default="tests/fixtures/cad-dev-subset.jsonl", help="cases for the prompt comparison")
