@@ -96,3 +96,15 @@ def test_run_case__a_refused_request_is_a_failure_not_a_crash():
     row = Evaluation(RefusingEngine(), strategies=("cad", "ar"), speed_limit=None, max_new_tokens=10).run_case(0, CASE)
     assert row["outcome"] == "refused" and "too long" in row["error"] and "ar" not in row
     assert summarize([row])["failures"] == {"refused": 1}
+
+
+def test_evaluate_cli__an_unwritable_out_is_a_usage_error_before_the_model_loads(tmp_path, capsys):
+    from backend.__main__ import main
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder\n", encoding="utf-8")
+    corpus = tmp_path / "one.jsonl"
+    corpus.write_text('{"id": "c1", "source": "a\\n", "target": "b\\n", "instruction": "Replace a with b."}\n',
+                      encoding="utf-8")
+    assert main(["evaluate", str(corpus), "--model", "no-such-model", "--out", str(blocker / "rows.jsonl")]) == 2
+    assert "--out" in capsys.readouterr().err

@@ -142,8 +142,11 @@ def test_evaluate_through_the_server__model_mode_with_request_counts(server_url:
     corpus.write_text(json.dumps({"id": "c1", "source": SOURCE, "target": SOURCE.replace("3.14", "math.pi"),
                                   "instruction": "Use math.pi instead of 3.14."}) + "\n", encoding="utf-8")
     code = main(["evaluate", str(corpus), "--engine-url", server_url, "--engine-kind", "llamacpp",
-                 "--model", "smollm2-135m", "--strategy", "ar", "--max-new-tokens", "48"])
+                 "--model", "smollm2-135m", "--strategy", "ar", "--max-new-tokens", "48",
+                 "--out", str(tmp_path / "not-yet" / "rows.jsonl")])
     assert code == 0
+    rows = [json.loads(line) for line in (tmp_path / "not-yet" / "rows.jsonl").read_text().splitlines()]
+    assert [(row["corpus"], row["id"]) for row in rows] == [(str(corpus), "c1")]  # its folder made, one row per case
     document = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert document["runtime"] == "remote server"
     totals = document["corpora"][str(corpus)]["speed"]["totals"]

@@ -19,7 +19,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from backend.cli.common import UsageError, emit, format_table
 from backend.cli.edit_commands import _add_runtime_flags, _runtime_options
@@ -169,12 +169,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     strategies = tuple(dict.fromkeys(["cad"] + list(args.strategy or [])))
     if args.limit is not None and args.limit <= 0:
         raise UsageError("--limit must be positive")
+    results = _open_results(args.out)  # before the model loads: a bad --out fails in a second, not after the run
     # a server too: model mode needs no logits here
     engine = load_engine(args.model, copy_rest=not args.no_copy_rest, **_runtime_options(args))
     evaluation = Evaluation(engine, strategies=strategies, speed_limit=args.speed_limit, max_new_tokens=args.max_new_tokens)
     document: dict[str, Any] = {"model": engine.name, "runtime": engine.loaded.runtime, "strategies": list(strategies),
                                 "copy_rest": bool(getattr(engine, "copy_rest", False)), "corpora": {}}
-    table_rows, all_rows = [], []
+    table_rows = []
     for name in args.corpora:
         try:
             cases = load_eval_corpus(name, args.data_dir, args.limit, min_lines=args.min_lines)
@@ -183,17 +184,32 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         rows = []
         for index, case in enumerate(cases):
             rows.append(evaluation.run_case(index, case))
+            if results:  # each row as it is measured, so an interrupted run keeps what it did
+                results.write(json.dumps({"corpus": name, **rows[-1]}, sort_keys=True) + "\n")
+                results.flush()
             exact = sum(r.get("outcome") == "exact" for r in rows)
             _log(f"{name}: {index + 1}/{len(cases)} cases, exact {exact}")
         summary = summarize(rows)
         document["corpora"][name] = summary
-        all_rows += [{"corpus": name, **r} for r in rows]
         table_rows.append([name, summary["cases"], summary["finished_valid"], summary["exact_match"],
                            ", ".join(f"{k} {v}" for k, v in summary["failures"].items())])
-    if args.out:
-        Path(args.out).write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in all_rows), encoding="utf-8")
+    if results:
+        results.close()
     emit(format_table(["corpus", "cases", "finished+valid", "exact", "failures"], table_rows), document)
     return 0
+
+
+def _open_results(out: str | None) -> TextIO | None:
+    """The per-case JSONL file of `evaluate --out`, its folder made if missing; a path that cannot
+    be written is a usage error."""
+    if not out:
+        return None
+    path = Path(out)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path.open("w", encoding="utf-8")
+    except OSError as error:
+        raise UsageError(f"--out {out}: cannot write there ({error.strerror or error})") from None
 
 
 def cmd_adapter_cost(args: argparse.Namespace) -> int:
