@@ -15,11 +15,12 @@ Each prints a table and, as its last stdout line, one JSON document. Bad usage e
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, ContextManager, TextIO
 
 from backend.cli.common import UsageError, emit, format_table
 from backend.cli.edit_commands import _add_runtime_flags, _runtime_options
@@ -163,47 +164,53 @@ def _kind_weights(values: list[str]) -> tuple[tuple[str, int], ...]:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from backend.cli.edit_commands import load_engine
-    from backend.data.corpora import CorpusError
-    from backend.training.evaluate import Evaluation, load_eval_corpus, summarize
+    from backend.training.evaluate import Evaluation
 
     strategies = tuple(dict.fromkeys(["cad"] + list(args.strategy or [])))
     if args.limit is not None and args.limit <= 0:
         raise UsageError("--limit must be positive")
-    results = _open_results(args.out)  # before the model loads: a bad --out fails in a second, not after the run
-    # a server too: model mode needs no logits here
-    engine = load_engine(args.model, copy_rest=not args.no_copy_rest, **_runtime_options(args))
-    evaluation = Evaluation(engine, strategies=strategies, speed_limit=args.speed_limit, max_new_tokens=args.max_new_tokens)
-    document: dict[str, Any] = {"model": engine.name, "runtime": engine.loaded.runtime, "strategies": list(strategies),
-                                "copy_rest": bool(getattr(engine, "copy_rest", False)), "corpora": {}}
-    table_rows = []
-    for name in args.corpora:
-        try:
-            cases = load_eval_corpus(name, args.data_dir, args.limit, min_lines=args.min_lines)
-        except CorpusError as error:
-            raise UsageError(str(error)) from None
-        rows = []
-        for index, case in enumerate(cases):
-            rows.append(evaluation.run_case(index, case))
-            if results:  # each row as it is measured, so an interrupted run keeps what it did
-                results.write(json.dumps({"corpus": name, **rows[-1]}, sort_keys=True) + "\n")
-                results.flush()
-            exact = sum(r.get("outcome") == "exact" for r in rows)
-            _log(f"{name}: {index + 1}/{len(cases)} cases, exact {exact}")
-        summary = summarize(rows)
-        document["corpora"][name] = summary
-        table_rows.append([name, summary["cases"], summary["finished_valid"], summary["exact_match"],
-                           ", ".join(f"{k} {v}" for k, v in summary["failures"].items())])
-    if results:
-        results.close()
+    with _open_results(args.out) as results:  # before the model loads: a bad --out fails in a second, not after the run
+        # a server too: model mode needs no logits here
+        engine = load_engine(args.model, copy_rest=not args.no_copy_rest, **_runtime_options(args))
+        evaluation = Evaluation(engine, strategies=strategies, speed_limit=args.speed_limit,
+                                max_new_tokens=args.max_new_tokens)
+        document: dict[str, Any] = {"model": engine.name, "runtime": engine.loaded.runtime,
+                                    "strategies": list(strategies),
+                                    "copy_rest": bool(getattr(engine, "copy_rest", False)), "corpora": {}}
+        table_rows = [_evaluate_corpus(name, args, evaluation, document, results) for name in args.corpora]
     emit(format_table(["corpus", "cases", "finished+valid", "exact", "failures"], table_rows), document)
     return 0
 
 
-def _open_results(out: str | None) -> TextIO | None:
-    """The per-case JSONL file of `evaluate --out`, its folder made if missing; a path that cannot
-    be written is a usage error."""
+def _evaluate_corpus(name: str, args: argparse.Namespace, evaluation: Any, document: dict[str, Any],
+                     results: TextIO | None) -> list[Any]:
+    """Run every case of one corpus, add its summary to `document`, return its table row."""
+    from backend.data.corpora import CorpusError
+    from backend.training.evaluate import load_eval_corpus, summarize
+
+    try:
+        cases = load_eval_corpus(name, args.data_dir, args.limit, min_lines=args.min_lines)
+    except CorpusError as error:
+        raise UsageError(str(error)) from None
+    rows = []
+    for index, case in enumerate(cases):
+        rows.append(evaluation.run_case(index, case))
+        if results:  # each row as it is measured, so an interrupted run keeps what it did
+            results.write(json.dumps({"corpus": name, **rows[-1]}, sort_keys=True) + "\n")
+            results.flush()
+        exact = sum(r.get("outcome") == "exact" for r in rows)
+        _log(f"{name}: {index + 1}/{len(cases)} cases, exact {exact}")
+    summary = summarize(rows)
+    document["corpora"][name] = summary
+    return [name, summary["cases"], summary["finished_valid"], summary["exact_match"],
+            ", ".join(f"{k} {v}" for k, v in summary["failures"].items())]
+
+
+def _open_results(out: str | None) -> ContextManager[TextIO | None]:
+    """The per-case JSONL file of `evaluate --out` (closed by the `with`, also on an error), its folder
+    made if missing; a path that cannot be written is a usage error. No --out: a context of None."""
     if not out:
-        return None
+        return contextlib.nullcontext(None)
     path = Path(out)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
