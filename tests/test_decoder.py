@@ -18,7 +18,7 @@ from backend.core.token_vocabulary import TokenVocabulary
 from backend.runtime.decoder import decode_program
 from backend.runtime.grammar import Grammar
 from backend.runtime.program_text import ProgramStream, encode_text
-from backend.runtime.prompt import reference_program
+from backend.runtime.prompt import prompt_style, reference_program
 from backend.tokenizers import TextTokenizer
 
 SOURCE = "def add(a, b):\n    total = a - b\n    return total\n\n\nprint(add(1, 2))\n"
@@ -114,7 +114,7 @@ def tag_loving(tiny_model):
     weights = {"</": 12, "<": 11, "copy": 11, "gen": 10, '"/>': 10, "-": 10, "\n": 9, **{d: 10 for d in "123456"}}
     for text, weight in weights.items():
         bias[one(text)] = float(weight)
-    bias[tokenizer.convert_tokens_to_ids("<|im_end|>")] = 10.0
+    bias[tokenizer.convert_tokens_to_ids("<|im_end|>")] = 11.0  # as likely as "<": some programs end within 60 tokens
     follow = {one("</"): one("gen"), one("gen"): one(">")}
     return dataclasses.replace(tiny_model, model=TagLoving(tiny_model.model, bias, follow).eval())
 
@@ -244,6 +244,40 @@ def test_copy_events_carry_the_copied_text(tiny_model):
         if kind == "copy":
             assert kinds[index - 1] == "tag" and events[index - 1].text.endswith('"/>')
             assert events[index].forwards == events[index - 1].forwards
+
+
+class RecordingHandle:
+    """A model handle that keeps every cache it hands out, to read the decoding context back."""
+
+    def __init__(self, loaded):
+        self.loaded, self.caches = loaded, []
+
+    def __getattr__(self, name):
+        return getattr(self.loaded, name)
+
+    def new_cache(self):
+        self.caches.append(self.loaded.new_cache())
+        return self.caches[-1]
+
+
+@pytest.mark.parametrize("tag_drafts", [True, False])
+def test_decoding_context_is_the_trained_context_when_a_copy_ends_on_a_blank_line(tiny_model, tag_drafts):
+    """The trainer tokenises each answer whole: a copy's text ending on a blank line is `\n` `\n`
+    before the `<gen>` after it, where the text tokenised alone ends in one `\n\n` token. The
+    trained SmolLM2 adapter chose EOS after that unseen context (docs/results.md)."""
+    from backend.training.examples import encode_example
+
+    source = "import os\n\ndef main():\n    return os.getcwd()\n"
+    program = '<copy lines="1-2"/><gen># the entry point\n</gen>\n<copy lines="3-4"/>'
+    handle = RecordingHandle(tiny_model)
+    events = list(decode_program(handle, source, "Comment the entry point.", grammar=grammar_for(tiny_model),
+                                 max_new_tokens=None, force_program=program, tag_drafts=tag_drafts))
+    assert events[-1].result.output == resolve_program(parse_program(program), source)
+    record = {"id": "t", "kind": "insert", "source": source, "instruction": "Comment the entry point.", "program": program}
+    trained = encode_example(tiny_model.tokenizer, record, eos_id=tiny_model.eos_ids[0], style=prompt_style(tiny_model))
+    assert handle.caches[-1].token_ids == list(trained.input_ids[:-1])  # all but the EOS the model would choose
+    blank_pair = encode_text(tiny_model.tokenizer, "\n\n")  # what the copy's text alone ends with
+    assert len(blank_pair) == 1 and blank_pair[0] not in handle.caches[-1].token_ids[-40:]
 
 
 def test_jump_forward_saves_forwards(tiny_model):

@@ -180,6 +180,7 @@ def test_item_grammar__llama_cpp_parses_it(n_lines: int) -> None:
     from llama_cpp import LlamaGrammar
 
     LlamaGrammar.from_string(item_gbnf(n_lines), verbose=False)
+    LlamaGrammar.from_string(item_gbnf(n_lines, after_lt=True), verbose=False)
     LlamaGrammar.from_string(second_number_gbnf(1, n_lines), verbose=False)
 
 

@@ -65,6 +65,27 @@ def test_item_regex__one_item_or_nothing(text: str, accepted: bool) -> None:
     assert bool(re.fullmatch(item_regex(12), text)) == accepted
 
 
+@pytest.mark.parametrize(
+    ("text", "accepted"),
+    [
+        ('copy lines="1-3"/>', True),
+        ("gen>x = 1\n</gen>", True),
+        ("", False),                                  # the prompt holds the `<`: an item must follow
+        ('<copy lines="1-3"/>', False),
+        ("<gen>x</gen>", False),
+    ],
+)
+def test_item_regex_after_lt__the_item_without_its_opening(text: str, accepted: bool) -> None:
+    assert bool(re.fullmatch(item_regex(12, after_lt=True), text)) == accepted
+
+
+def test_item_gbnf_after_lt__same_rules_without_the_opening() -> None:
+    plain, after = item_gbnf(12), item_gbnf(12, after_lt=True)
+    assert after.startswith("root ::= item\n") and plain.startswith("root ::= item?\n")
+    assert '"copy lines=' in after and '"gen>"' in after and '"<' not in after.split("body ::=")[0]
+    assert item_gbnf(0, after_lt=True).startswith("root ::= gen\n")
+
+
 def test_second_number_regex__bounded_below_by_the_first() -> None:
     pattern = re.compile(second_number_regex(5, 12))
     assert [i for i in range(20) if pattern.fullmatch(f'{i}"/>')] == list(range(5, 13))

@@ -142,3 +142,28 @@ def test_early_end_after_a_gen__nothing_is_added() -> None:
     script = [(['<copy lines="', '1-1'], "stop"), (["<gen>", "b = 5\n"], "stop"), ([], "stop")]
     events = list(remote_program(FakeClient(script), SOURCE, "change b", counter=count, max_new_tokens=100, copy_rest=True))
     assert events[-1].result.output == "a = 1\nb = 5\n" and events[-1].result.metrics.copied_rest is None
+
+
+def test_after_a_copy_ending_on_a_blank_line__the_prompt_holds_the_next_opening() -> None:
+    """A server would tokenise a prompt ending in a blank line as one `\\n\\n` token, where the
+    trained context has `\\n` `\\n` before the next item's `<`: so the `<` goes into the prompt and
+    the next grammar is the item without it (remote.held_lt)."""
+    source = "a = 1\n\nb = 2\nc = 3\n"
+    client = FakeClient([
+        (['<copy lines="', '1-2'], "stop"),
+        (["gen>", "b = 5\n"], "stop"),            # the server continues after the held `<`
+        (['<copy lines="4-4'], "stop"),
+        ([], "stop"),
+    ])
+    events = list(remote_program(client, source, "change b", counter=count, max_new_tokens=100))
+    result = events[-1].result
+    assert result.stop_reason == "eos" and result.error is None
+    assert result.output == "a = 1\n\nb = 5\nc = 3\n"
+    prompts = [b["prompt"] for b in client.bodies]
+    assert prompts[1] == prompts[0] + '<copy lines="1-2"/>a = 1\n\n<'
+    assert prompts[2] == prompts[1] + "gen>b = 5\n</gen>\n"        # the `<` once, not twice
+    assert prompts[3] == prompts[2] + '<copy lines="4-4"/>c = 3\n'  # ends the input: nothing held
+    grammars = [b["grammar"] for b in client.bodies]
+    assert grammars[1].gbnf.startswith("root ::= item\n") and grammars[0].gbnf.startswith("root ::= item?\n")
+    assert grammars[2] == grammars[0]
+    assert "".join(e.text for e in events if e.kind == "gen") == "b = 5\n"

@@ -62,7 +62,7 @@ from backend.runtime.handle import ModelHandle, prefill_prompt
 from backend.runtime.hybrid import Drafting
 from backend.runtime.early_end import copy_tag, rest_to_copy
 from backend.runtime.loop_guard import LoopGuard
-from backend.runtime.program_text import ForcedProgram, ProgramStream, check_forced, encode_text
+from backend.runtime.program_text import ForcedProgram, ProgramStream, check_forced, encode_text, tokenize_before_item
 from backend.runtime.prompt_lookup import PromptLookupSetting
 from backend.runtime.prompt import program_prompt_ids, prompt_style
 from backend.runtime.sampling import make_generator
@@ -197,7 +197,7 @@ def complete_ops(run: DecodeRun, completed: Sequence[Op]) -> list[DecodeEvent]:
         run.ops.append(op)
         if isinstance(op, CopyLines):
             text = resolve_program([op], run.source)
-            tokens = join_copy(run, text)
+            tokens = join_copy(run, text, followed=op.end < run.state.n_lines)
             run.counts.copied += tokens
             out.append(run.event("copy", text, tokens))
         if run.guard is not None:
@@ -211,13 +211,16 @@ def note_loop(run: DecodeRun, message: str | None) -> None:
         run.stop("loop", message)
 
 
-def join_copy(run: DecodeRun, text: str) -> int:
+def join_copy(run: DecodeRun, text: str, *, followed: bool = False) -> int:
     """Put copied text into `pending`, tokenised with the tag's last JOIN_WINDOW_TOKENS tokens;
     the tokens that entered for it (re-tokenised tag tokens included). Tag tokens the joint
-    tokenisation changes leave `pending`, or the cache (rolled back), and re-enter with the text."""
+    tokenisation changes leave `pending`, or the cache (rolled back), and re-enter with the text.
+    `followed`: more program follows the copy (it stops before the input's last line), so its text
+    is tokenised as it is in the trained context (`tokenize_before_item`)."""
     window = (run.cache.token_ids[-JOIN_WINDOW_TOKENS:] + run.pending)[-JOIN_WINDOW_TOKENS:]
     window_text = b"".join(run.grammar.token_bytes(t) for t in window).decode("utf-8", "replace")
-    joined = encode_text(run.tokenizer, window_text + text)
+    joined = (tokenize_before_item(run.tokenizer, window_text + text) if followed
+              else encode_text(run.tokenizer, window_text + text))
     keep = 0
     while keep < len(window) and keep < len(joined) and window[keep] == joined[keep]:
         keep += 1

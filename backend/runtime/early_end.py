@@ -10,6 +10,11 @@ N: the input's last line) and ends there: an edit left unfinished leaves the res
 it was. Measured on those 80 cases: exact match unchanged (19: one delete gained, one deletion of
 the file's last lines lost), line similarity 0.906 -> 0.950.
 
+Some of those early ends came from a context the model had never seen: a copy ending on a
+blank line was tokenised differently from training (fixed since: decoder.tokenize_before_item).
+After that fix the rule still pays on the same 80 cases: exact match 19/80 with it and without
+it, line similarity 0.944 against 0.922.
+
 The price: a program that means to delete the file's last lines (it ends after a copy that stops
 short of them) gets them back. 6 of the 240 dev programs do that. Users turn the rule off with
 `EditEngine(copy_rest=False)` / `edit --no-copy-rest` / `evaluate --no-copy-rest`; reference replays

@@ -2,6 +2,8 @@
 next token of a forced program (reference replay).
 
 - `encode_text(tokenizer, text)`: token ids of text as plain text (special-token strings stay text).
+- `tokenize_before_item(tokenizer, text)`: a copy's text tokenised as the trained context has it
+  when more program follows it.
 - `ProgramStream`: splits the program's bytes, fed token by token, into tag / gen segments.
 - `ForcedProgram`: the canonical tokens of a program forced through the decoder, segment by segment.
 - `check_forced(program, source)`: rejects a forced program the decoder cannot replay.
@@ -23,6 +25,23 @@ def encode_text(tokenizer: Any, text: str) -> list[int]:
     if not text:
         return []
     return list(tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+
+
+def tokenize_before_item(tokenizer: Any, text: str) -> list[int]:
+    """`text` tokenised as it is when the next program item's `<` follows it, not at the end.
+
+    Why: a byte-level BPE pre-tokenizer leaves a run of whitespace whole at the end of a string
+    but splits its last character off when a non-space follows. The trainer tokenises each answer
+    whole (backend/training/examples.py), so a copy ending on a blank line is `\\n` `\\n` before the
+    `<gen>` that follows, while the copy's text tokenised alone ends in one `\\n\\n` token: a
+    context the model never saw, after which the trained model chose EOS instead of `<gen>`
+    (docs/results.md, "A copy that ends on a blank line"). Tokenising with the `<` and dropping
+    its token gives the trained split; if `<` merged with the text's end (it cannot after a line
+    end), the text alone is tokenised."""
+    ids = encode_text(tokenizer, text + "<")
+    if ids and tokenizer.decode(ids[-1:]) == "<":
+        return ids[:-1]
+    return encode_text(tokenizer, text)
 
 
 class ProgramStream:

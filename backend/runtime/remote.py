@@ -31,8 +31,8 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from backend.core.lines import line_count
@@ -87,13 +87,15 @@ class _Run:
 
 
 def _stream_item(client: CompletionsClient, body: dict[str, Any], run: _Run,
-                 stream: ProgramStream) -> Iterator[DecodeEvent | Completion]:
-    """One request: gen text is streamed as it comes (copy tags wait for their check)."""
-    held, is_gen = "", False
+                 stream: ProgramStream, lead: str = "") -> Iterator[DecodeEvent | Completion]:
+    """One request: gen text is streamed as it comes (copy tags wait for their check). `lead`:
+    the item's first characters, already at the prompt's end (`held_lt`); the returned text is
+    read, and handed back, with them in front."""
+    held, is_gen = lead, False
     for item in client.stream(body):
         if isinstance(item, Completion):
             run.account(item)
-            yield item
+            yield replace(item, text=lead + item.text) if lead else item
             return
         held += item
         is_gen = is_gen or held.startswith(GEN_PREFIX[:2])
@@ -118,6 +120,8 @@ def remote_program(
     `copy_rest`: an early end after a copy copies the rest of the input, as in process (early_end.py)."""
     n_lines = line_count(source)
     grammar = ItemGrammar(item_regex(n_lines), item_gbnf(n_lines))
+    grammar_after_lt = ItemGrammar(item_regex(n_lines, after_lt=True), item_gbnf(n_lines, after_lt=True))
+    lead = ""  # "<" while the prompt ends with the next item's opening (held_lt)
     context = _render(template, program_messages(source, instruction))
     run, stream = _Run(counter, started=time.perf_counter(), ttfts=[], prompt_tokens=counter(context)), ProgramStream()
     ops: list[Op] = []
@@ -133,15 +137,17 @@ def remote_program(
             if room <= 0:
                 stop_reason = "max_tokens"
                 break
-            body = client.body(context, max_tokens=room, stop=STOP_STRINGS, grammar=grammar, **sampling)
+            body = client.body(context, max_tokens=room, stop=STOP_STRINGS,
+                               grammar=grammar_after_lt if lead else grammar, **sampling)
             done = None
-            for item in _stream_item(client, body, run, stream):
+            for item in _stream_item(client, body, run, stream, lead):
                 if isinstance(item, Completion):
                     done = item
                 else:
                     yield item
             assert done is not None
             text = done.text
+            context, lead = context.removesuffix(lead), ""  # the returned text holds the lead again
             if done.finish_reason == "length":
                 stop_reason = "max_tokens"
                 if text.startswith(GEN_PREFIX) and len(text) > len(GEN_PREFIX):
@@ -157,17 +163,41 @@ def remote_program(
             else:
                 op, tag, retried = _checked_copy(client, context, text, n_lines, run, sampling)
                 counts["retries"] += retried
-                yield from _program_events(stream, tag, run)
-                copied = resolve_program([op], source)
-                n = counter(copied)
-                counts["copied"] += n
-                counts["copies"] += 1
+                copied = yield from _copy_events(op, tag, source, stream, run, counts)
                 ops.append(op)
-                yield run.event("copy", copied, n)
                 context += tag + copied
+                if held_lt(copied, op, n_lines):
+                    context, lead = context + "<", "<"
     except (RemoteError, ValueError) as exc:
         stop_reason, error = "error", str(exc)
     yield _done(ops, source, stop_reason, error, run, counts)
+
+
+def _copy_events(op: CopyLines, tag: str, source: str, stream: ProgramStream, run: _Run,
+                 counts: dict[str, int]) -> Generator[DecodeEvent, None, str]:
+    """The events of a checked copy (its tag, then its text); returns the copied text."""
+    yield from _program_events(stream, tag, run)
+    copied = resolve_program([op], source)
+    n = run.counter(copied)
+    counts["copied"] += n
+    counts["copies"] += 1
+    yield run.event("copy", copied, n)
+    return copied
+
+
+def held_lt(copied: str, op: CopyLines, n_lines: int) -> bool:
+    """Whether the next request's prompt should end with the next item's `<` already.
+
+    A server tokenises the prompt text itself. A byte-level BPE pre-tokenizer leaves a run of
+    whitespace whole at the end of a string but splits its last character off when a non-space
+    follows, and the trained context is tokenised whole (backend/training/examples.py): a copy
+    ending on a blank line is `\\n` `\\n` before the next item's `<`, while a prompt ending there is
+    one `\\n\\n` token, a context the trained model never saw (it ended the program there; the
+    in-process decoder tokenises such a copy as followed, decoder.tokenize_before_item). So after a
+    copy that stops before the input's last line and ends in two or more whitespace characters,
+    the `<` goes into the prompt; the model can then not end the program at that point (it must
+    write an item), the one difference from decoding in process."""
+    return op.end < n_lines and len(copied) >= 2 and copied[-2:].isspace()
 
 
 def _copy_the_rest(ops: list[Op], source: str, stream: ProgramStream, run: _Run,

@@ -6,6 +6,10 @@ A remote engine writes one item per request, so the grammar is `item?`:
     gen   := '<gen>' TEXT '</gen>'                    TEXT: any text not containing '</gen>'
     ''    (empty: the model may end the program: EOS)
 
+After a copy whose text ends in a run of whitespace (a blank line), remote.py puts the next
+item's `<` into the prompt itself, so that the server tokenises the run as the trained context
+has it; that request's grammar is the item without `<`, and not empty (`after_lt`).
+
 The stop strings `"/>` and `</gen>` end the request as soon as an item closes (the server
 leaves them out of the text it returns). A grammar can bound each number to 1..n but not
 `i <= j` without listing pairs: that check stays ours (`remote.py` re-asks for the second
@@ -76,14 +80,16 @@ def int_range_regex(low: int, high: int) -> str:
     return "(?:" + "|".join("".join(piece) for piece in _int_range_pieces(low, high)) + ")"
 
 
-def item_regex(n_lines: int) -> str:
+def item_regex(n_lines: int, *, after_lt: bool = False) -> str:
     """One item or nothing, for an input of `n_lines` lines (vLLM / SGLang `regex`).
-    With n_lines == 0 only a gen can be written."""
-    gen = f"<gen>{GEN_BODY_REGEX}"
+    With n_lines == 0 only a gen can be written. `after_lt`: the prompt already ends with the
+    item's `<` (remote.py holds it there after some copies), so the item without it, and required."""
+    lt, optional = ("", "") if after_lt else ("<", "?")
+    gen = f"{lt}gen>{GEN_BODY_REGEX}"
     if n_lines < 1:
-        return f"(?:{gen})?"
+        return f"(?:{gen}){optional}"
     number = int_range_regex(1, n_lines)
-    return f'(?:<copy lines="{number}-{number}"/>|{gen})?'
+    return f'(?:{lt}copy lines="{number}-{number}"/>|{gen}){optional}'
 
 
 def second_number_regex(first: int, n_lines: int) -> str:
@@ -108,15 +114,18 @@ leave ::= [^/<] | "/" [^g<] | "/g" [^e<] | "/ge" [^n<] | "/gen" [^<>]
 '''
 
 
-def item_gbnf(n_lines: int) -> str:
-    """The same language as `item_regex`, as a llama.cpp GBNF grammar (root may be empty)."""
+def item_gbnf(n_lines: int, *, after_lt: bool = False) -> str:
+    """The same language as `item_regex`, as a llama.cpp GBNF grammar (root may be empty, except
+    `after_lt`: the item without its leading `<`, required)."""
+    lt, optional = ("", "") if after_lt else ("<", "?")
+    gen_rules = _GBNF_GEN.replace('gen ::= "<gen>"', f'gen ::= "{lt}gen>"')
     if n_lines < 1:
-        return "root ::= gen?\n" + _GBNF_GEN
+        return f"root ::= gen{optional}\n" + gen_rules
     return (
-        "root ::= item?\n"
+        f"root ::= item{optional}\n"
         "item ::= copy | gen\n"
-        f'copy ::= "<copy lines=\\"" num "-" num "\\"/>"\n'
-        f"num ::= {_gbnf_number(1, n_lines)}\n" + _GBNF_GEN
+        f'copy ::= "{lt}copy lines=\\"" num "-" num "\\"/>"\n'
+        f"num ::= {_gbnf_number(1, n_lines)}\n" + gen_rules
     )
 
 
