@@ -1,13 +1,14 @@
 """The shipped model writes programs by itself: the trained adapter, loaded through models.yaml,
 finishes valid programs on a fixed subset of the dev split (files never seen in training).
 
-Measured for the adapter shipped on 2026-12-01 (third run, step 131; greedy, deterministic, 400 new
-tokens): torch 14/14 programs finished and valid, 2/14 exact, mean line similarity 0.920; llama.cpp
-as a LoRA GGUF over Q4_1 the same 14/14, 2/14, 0.920, and merged into the GGUF as Q8_0 (what it loads
-now, measured 2026-12-01 on a 2-core AVX2 CPU) 14/14, 2/14, 0.908 (the untrained model with the
-few-shot prompt finishes none; an unchanged copy of the input scores 0.956). The exact floor sits one
-case under the measured 2/14, so a model that stops editing exactly fails; finished and similarity
-keep margins under the measurement.
+Measured for the adapter shipped on 2026-12-04 (run 11, step 189; greedy, deterministic, 400 new
+tokens, the decoder that tokenises a copy followed by more program as training does): torch 14/14
+programs finished and valid, 3/14 exact, mean line similarity 0.956; llama.cpp (the adapter merged
+into the GGUF as Q8_0, what it loads) 14/14, 4/14, 0.957, on a 2-core AMD EPYC. The adapter before
+it (run 3), with the decoder before that change, measured 2/14 on both (the untrained model with the few-shot prompt finishes none; an
+unchanged copy of the input scores 0.956, so similarity alone says little). The exact floor sits one
+case under the lower measurement, so a model that stops editing exactly fails; finished and
+similarity keep margins under the measurement.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SUBSET = ROOT / "tests" / "fixtures" / "cad-dev-subset.jsonl"
 MODEL = "smollm2-135m-cad"
 FINISHED_FLOOR = 0.85
-SIMILARITY_FLOOR = 0.80  # measured 0.857
-EXACT_FLOOR = 1 / 14     # measured 2/14
+SIMILARITY_FLOOR = 0.90  # measured 0.956-0.957
+EXACT_FLOOR = 2 / 14     # measured 3/14 (torch), 4/14 (llama.cpp)
 
 pytestmark = pytest.mark.slow
 
