@@ -11,7 +11,7 @@ it was. Measured on those 80 cases: exact match unchanged (19: one delete gained
 the file's last lines lost), line similarity 0.906 -> 0.950.
 
 Some of those early ends came from a context the model had never seen: a copy ending on a
-blank line was tokenised differently from training (fixed since: decoder.tokenize_before_item).
+blank line was tokenised differently from training (fixed since: program_text.tokenize_before_item).
 After that fix the rule still pays on the same 80 cases: exact match 19/80 with it and without
 it, line similarity 0.944 against 0.922.
 

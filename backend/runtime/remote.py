@@ -193,7 +193,7 @@ def held_lt(copied: str, op: CopyLines, n_lines: int) -> bool:
     follows, and the trained context is tokenised whole (backend/training/examples.py): a copy
     ending on a blank line is `\\n` `\\n` before the next item's `<`, while a prompt ending there is
     one `\\n\\n` token, a context the trained model never saw (it ended the program there; the
-    in-process decoder tokenises such a copy as followed, decoder.tokenize_before_item). So after a
+    in-process decoder tokenises such a copy as followed, program_text.tokenize_before_item). So after a
     copy that stops before the input's last line and ends in two or more whitespace characters,
     the `<` goes into the prompt; the model can then not end the program at that point (it must
     write an item), the one difference from decoding in process."""
