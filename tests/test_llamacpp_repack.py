@@ -102,3 +102,14 @@ def test_unrepacked_weights_compute_the_same_next_tokens(monkeypatch) -> None:
             handle.close()
     agree = sum(a == b for a, b in zip(chosen["auto"], chosen["off"]))
     assert agree >= len(chosen["auto"]) - 1, (chosen["auto"], chosen["off"])  # one near-tie may flip
+
+
+def test_a_bad_setting_is_named_as_such_by_the_in_process_runtime(monkeypatch, tmp_path) -> None:
+    """Checked before llama.cpp opens a file, so the error names the variable, not "cannot load"."""
+    from backend.runtime.llamacpp import load_llamacpp
+    from backend.runtime.models import default_model_name
+
+    monkeypatch.setenv(REPACK_ENV, "sometimes")
+    with pytest.raises(ValueError, match="must be one of on, off, auto, not 'sometimes'") as raised:
+        load_llamacpp(default_model_name(), gguf=tmp_path / "never-read.gguf", n_ctx=256, threads=1)
+    assert "cannot load" not in str(raised.value)

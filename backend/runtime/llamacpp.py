@@ -370,10 +370,9 @@ def load_llamacpp(
     gguf = Path(gguf)
     threads = llama_threads(threads)
     n_ctx = int(n_ctx or spec.context_length)
+    params = model_params(llama_cpp)  # a bad $COPY_AS_DECODE_LLAMA_REPACK is its own error, not "cannot load"
     try:
-        llama_model = _internals.LlamaModel(
-            path_model=str(gguf), params=model_params(llama_cpp), verbose=False
-        )
+        llama_model = _internals.LlamaModel(path_model=str(gguf), params=params, verbose=False)
         context = _internals.LlamaContext(model=llama_model, params=_context_params(llama_cpp, n_ctx, threads), verbose=False)
     except ValueError as error:
         raise ModelUnavailable(f"llama.cpp cannot load {gguf}: {error}") from None
