@@ -200,3 +200,27 @@ def test_make_data_command__writes_split_leak_checked_cases_with_programs(tmp_pa
     manifest = json.loads((out / "manifest.json").read_text())
     assert sum(manifest["counts"]["train"].values()) == len(train)
     assert {s["split"] for s in manifest["sources"]} == {"train", "dev"}
+
+
+def test_synthetic_cases__edits_per_window_shares_windows_in_train_only():
+    from backend.training.sources import SourceFile
+
+    files = [SourceFile(name=f"pkg/m{i}.py", text=(PY_WINDOW + "\n\n") * 3, language="python", origin="test",
+                        package="pkg", version="1", license="MIT") for i in range(4)]
+    one = list(dataset.synthetic_cases(files, 40, "train", dataset.DataConfig()))
+    again = list(dataset.synthetic_cases(files, 40, "train", dataset.DataConfig(edits_per_window=1)))
+    assert one == again  # the default draws as before: the shipped data's hashes still reproduce
+    four = list(dataset.synthetic_cases(files, 40, "train", dataset.DataConfig(edits_per_window=4)))
+    assert len(four) == 40 and [r["id"] for r in four] == [f"train/{i:05d}" for i in range(1, 41)]
+    runs: list = []  # the edits of one drawn window come one after another
+    for record in four:
+        key = (record["file"], record["first_line"], record["source"])
+        if runs and runs[-1][0] == key and len(runs[-1][1]) < 4:
+            runs[-1][1].append(record)
+        else:
+            runs.append((key, [record]))
+    assert max(len(group) for _, group in runs) >= 3                # edits of one window share its source
+    for _, group in runs:
+        assert len({r["target"] for r in group}) == len(group)       # distinct edits, never a duplicate
+    dev = list(dataset.synthetic_cases(files, 10, "dev", dataset.DataConfig(edits_per_window=4)))
+    assert dev == list(dataset.synthetic_cases(files, 10, "dev", dataset.DataConfig()))  # dev stays one per window

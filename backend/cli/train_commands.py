@@ -1,6 +1,6 @@
 """Commands that teach the model the program format and measure what it learned.
 
-`make-data [--out DIR] [--train N] [--dev N] [--seed S] [--no-js] [--data-dir D]`
+`make-data [--out DIR] [--train N] [--dev N] [--seed S] [--edits-per-window K] [--no-js] [--data-dir D]`
     Writes DIR/train.jsonl, DIR/dev.jsonl and DIR/manifest.json (backend.training.dataset):
     edit cases on windows of real code with cost-objective oracle programs under the SmolLM2
     tokenizer, split by source file, checked by hash against every evaluation case (exit 1 on a leak).
@@ -40,6 +40,9 @@ def _register_make_data(subparsers: Any) -> None:
     data.add_argument("--dev", type=int, default=240, help="dev cases from held-out files (default 240)")
     data.add_argument("--seed", type=int, default=0)
     data.add_argument("--no-js", action="store_true", help="skip the npm JavaScript sources (no npm here)")
+    data.add_argument("--edits-per-window", type=int, default=1,
+                      help="training split: up to K edits of each code window (they share a prompt: train --pack "
+                           "computes it once for all of them); the dev split keeps one (default 1)")
     data.add_argument("--npm-cache", default=None, help="where npm tarballs are kept (default: user cache)")
     data.add_argument("--data-dir", default=None, help="evaluation corpora for the leak check (default ../shared/data)")
     data.set_defaults(handler=cmd_make_data)
@@ -71,6 +74,9 @@ def _register_train(subparsers: Any) -> None:
     train.add_argument("--prompt", choices=("zero-shot", "instruction-first"), default="zero-shot",
                        help="prompt layout to train on; the adapter's training.json records it and loading uses it "
                             "(instruction-first: the instruction also before the numbered input)")
+    train.add_argument("--pack", type=int, default=1, metavar="K",
+                       help="up to K examples of one window in one forward, their shared prompt computed once "
+                            "(data from make-data --edits-per-window; same loss and gradient; default 1: off)")
     train.set_defaults(handler=cmd_train)
 
 
@@ -109,9 +115,11 @@ def cmd_make_data(args: argparse.Namespace) -> int:
 
     if args.train <= 0 or args.dev < 0:
         raise UsageError("--train must be positive and --dev not negative")
+    if not 1 <= args.edits_per_window <= 16:
+        raise UsageError(f"--edits-per-window {args.edits_per_window}: a whole number from 1 to 16")
     try:
         summary = build_dataset(Path(args.out), train=args.train, dev=args.dev, seed=args.seed, js=not args.no_js,
-                                npm_cache=args.npm_cache, data_dir=args.data_dir, log=_log)
+                                edits_per_window=args.edits_per_window, npm_cache=args.npm_cache, data_dir=args.data_dir, log=_log)
     except (CorpusError, ValueError) as error:
         raise UsageError(str(error)) from None
     rows = [[split, kind, count] for split, counts in summary["counts"].items() for kind, count in counts.items()]
@@ -127,6 +135,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise UsageError(f"training data {args.data}: no such file (run `python -m backend make-data` first)")
     if args.max_steps <= 0 or args.examples_per_step <= 0 or not args.lr > 0 or not args.changed_weight > 0:
         raise UsageError("--max-steps, --examples-per-step, --lr and --changed-weight must be positive")
+    if not 1 <= args.pack <= 16:
+        raise UsageError(f"--pack {args.pack}: a whole number from 1 to 16")
     if not 0.0 <= args.dropout < 1.0:
         raise UsageError(f"--dropout {args.dropout}: a probability in [0, 1)")
     config = TrainConfig(data=args.data, out=args.out, base_model=args.model, rank=args.rank, alpha=2 * args.rank,
@@ -135,7 +145,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                          max_minutes=args.max_minutes, seed=args.seed, threads=args.threads,
                          init_adapter=args.init_adapter, changed_weight=args.changed_weight,
                          kind_weights=_kind_weights(args.kind_weight), prompt=args.prompt,
-                         dropout=args.dropout, attention=args.attention)
+                         dropout=args.dropout, attention=args.attention, pack=args.pack)
     manifest_path = Path(args.data).with_name("manifest.json")
     manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
     manifest_summary = {k: manifest.get(k) for k in ("generator_version", "config", "counts", "languages", "leak_check",
@@ -144,9 +154,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         card = train(config, resume=args.resume, manifest=manifest_summary)
     except (ModelUnavailable, ValueError) as error:
         raise UsageError(str(error)) from None
-    table = format_table(["steps", "examples", "tokens", "minutes", "tokens/s", "first loss", "last loss"],
-                         [[card["steps"], card["examples_seen"], card["tokens_seen"], card["wall_seconds"] / 60,
-                           card["tokens_per_second"], card["loss_first"], card["loss_last_10"]]])
+    table = format_table(["steps", "examples", "tokens", "example tokens", "minutes", "tokens/s", "first loss", "last loss"],
+                         [[card["steps"], card["examples_seen"], card["tokens_seen"], card["example_tokens_seen"],
+                           card["wall_seconds"] / 60, card["tokens_per_second"], card["loss_first"], card["loss_last_10"]]])
     emit(table, {k: v for k, v in card.items() if k != "curve"})
     return 0
 

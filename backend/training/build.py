@@ -58,12 +58,12 @@ def forbidden_hashes(data_dir: str | None) -> tuple[set[str], list[Any]]:
 
 
 def build_dataset(out: Path, *, train: int, dev: int, seed: int, js: bool, npm_cache: str | None,
-                  data_dir: str | None, log: Callable[[str], None]) -> dict[str, Any]:
+                  data_dir: str | None, log: Callable[[str], None], edits_per_window: int = 1) -> dict[str, Any]:
     from backend.runtime.prompt import context_program
     from backend.tokenizers import load_tokenizer
 
     started = time.perf_counter()
-    config = DataConfig(train=train, dev=dev, seed=seed)
+    config = DataConfig(train=train, dev=dev, seed=seed, edits_per_window=edits_per_window)
     files = gather_files(js=js, npm_cache=npm_cache)
     log(f"{len(files)} source files ({sum(f.language == 'javascript' for f in files)} JavaScript)")
     forbidden, commits = forbidden_hashes(data_dir)

@@ -31,7 +31,7 @@ LoRA adapter for `{config['base_model']}` that writes copy-as-decode programs ({
 - lr {config['lr']} (warm-up {config['warmup_steps']}, cosine to 10% at step {config['max_steps']}),
   {config['examples_per_step']} sequences per step, seed {config['seed']}
 - Ran {card['steps']} steps ({'finished' if card['finished'] else 'stopped early by ' + str(card.get('stopped_by'))}), {card['examples_seen']} examples,
-  {card['tokens_seen']} tokens in {card['wall_seconds'] / 60:.1f} min ({card['tokens_per_second']} tokens/s)
+  {card['tokens_seen']} tokens in {card['wall_seconds'] / 60:.1f} min ({card['tokens_per_second']} tokens/s){_packing_text(card)}
 - Machine: {json.dumps(card['machine'])}
 - Adapter: {card['adapter_bytes']} bytes (float16 safetensors)
 
@@ -39,6 +39,16 @@ LoRA adapter for `{config['base_model']}` that writes copy-as-decode programs ({
 |---|---|---|---|---|
 {rows}
 """
+
+
+def _packing_text(card: dict[str, Any]) -> str:
+    """How much packing saved: the examples' own tokens against the tokens computed (none unpacked)."""
+    pack, unpacked = card["config"].get("pack", 1), card.get("example_tokens_seen")
+    if pack <= 1 or not unpacked:
+        return ""
+    seconds = max(card["wall_seconds"], 1e-9)
+    return (f";\n  packed up to {pack} edits of a window per prompt: the examples hold {unpacked} tokens "
+            f"({unpacked / seconds:.1f} example tokens/s, {unpacked / max(1, card['tokens_seen']):.2f}x the tokens computed)")
 
 
 def _kind_weights_text(weights: Any) -> str:

@@ -55,6 +55,7 @@ class DataConfig:
     dev_percent: int = 6            # files whose name hashes below this percentage go to dev
     windows_per_file: int = 3
     commit_windows: int = 2         # windows per training-repository commit
+    edits_per_window: int = 1       # training split: up to this many edits of one window (dev stays 1)
     kinds: tuple[str, ...] = field(default=KINDS)
 
 
@@ -93,18 +94,35 @@ def synthetic_cases(files: list[SourceFile], count: int, split: str, config: Dat
         language = "javascript" if by_language["javascript"] and rng.random() < JS_SHARE else "python"
         pool = by_language[language] or files
         source_file = rng.choice(pool)
+        per_window = config.edits_per_window if split == "train" else 1
         for first_line, window in cut_windows(source_file.text, rng, 1):
-            kind = _draw_kind(rng, config.kinds)
-            edit = make_edit(window, source_file.language, kind, rng)
-            if edit is None:
-                continue
-            made += 1
-            yield {
-                "id": f"{split}/{made:05d}", "source": edit.source, "target": edit.target,
-                "instruction": edit.instruction, "language": source_file.language, "kind": kind,
-                "origin": source_file.origin, "file": source_file.name, "first_line": first_line,
-                "package": source_file.package, "version": source_file.version, "license": source_file.license,
-            }
+            for kind, edit in window_edits(window, source_file.language, rng, config.kinds, per_window):
+                if made >= count:
+                    return
+                made += 1
+                yield {
+                    "id": f"{split}/{made:05d}", "source": edit.source, "target": edit.target,
+                    "instruction": edit.instruction, "language": source_file.language, "kind": kind,
+                    "origin": source_file.origin, "file": source_file.name, "first_line": first_line,
+                    "package": source_file.package, "version": source_file.version, "license": source_file.license,
+                }
+
+
+def window_edits(window: str, language: str, rng: random.Random, kinds: tuple[str, ...],
+                 per_window: int) -> Iterator[tuple[str, Any]]:
+    """Up to `per_window` (kind, Edit) pairs of distinct targets on one window, kinds drawn by
+    KIND_WEIGHTS. Several edits of the same window share its prompt, which the trainer computes once
+    for all of them (`--pack`); per_window 1 draws exactly as generator version 1 did."""
+    seen: set[str] = set()
+    for _ in range(per_window if per_window == 1 else 2 * per_window):
+        if len(seen) >= per_window:
+            return
+        kind = _draw_kind(rng, kinds)
+        edit = make_edit(window, language, kind, rng)
+        if edit is None or edit.target in seen:
+            continue
+        seen.add(edit.target)
+        yield kind, edit
 
 
 def commit_windows(case: EditCase, rng: random.Random, count: int) -> Iterator[tuple[str, str]]:

@@ -21,6 +21,7 @@ with taught a run to open programs with a gen (training card, run 7).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +39,7 @@ class Example:
     input_ids: tuple[int, ...]
     labels: tuple[int, ...]
     changed: tuple[bool, ...] = ()   # per position: a labelled token that writes new text (see above)
+    prefix_key: str = ""             # the same for examples sharing a prompt prefix (one source, one style)
 
     @property
     def program_tokens(self) -> int:
@@ -103,4 +105,5 @@ def encode_example(tokenizer: Any, record: dict[str, Any], *, eos_id: int, style
         input_ids=tuple(prompt + answer_ids + [eos_id]),
         labels=tuple([IGNORE] * len(prompt) + answer_labels + [eos_id]),
         changed=tuple([False] * len(prompt) + answer_changed + [False]),
+        prefix_key=hashlib.sha256(f"{style}\n{record['source']}".encode("utf-8")).hexdigest()[:16],
     )

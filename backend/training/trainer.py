@@ -33,9 +33,7 @@ import math
 import os
 import random
 import shutil
-import signal
 import sys
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -43,6 +41,8 @@ from typing import Any
 
 from backend.training.card import loss_text, mean_changed_loss, training_card
 from backend.training.examples import IGNORE, Example, encode_example
+from backend.training.packing import gather_by_key, group_runs, pack
+from backend.training.stop_request import StopRequest
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 CHECKPOINT = "checkpoint"
@@ -71,6 +71,7 @@ class TrainConfig:
     kind_weights: tuple[tuple[str, int], ...] = ()  # (kind, times per epoch); unnamed kinds once
     prompt: str = "zero-shot"        # the prompt style examples are laid out in (runtime.prompt.PROMPT_STYLES)
     attention: str = "eager"         # "eager" or "sdpa": eager trained 1.33x faster on a 2-core CPU (<= 768 tokens)
+    pack: int = 1                    # up to this many examples of one window per forward (packing.py); 1 = off
 
 
 def _file_sha256(path: str | Path) -> str | None:
@@ -153,11 +154,12 @@ class Run:
         self.config, self.examples, self.model, self.device = config, examples, model, device
         trainable = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(trainable, lr=config.lr, weight_decay=0.0)
-        self.order = epoch_order(examples, config.kind_weights, config.seed)
+        self.order = self.gathered(epoch_order(examples, config.kind_weights, config.seed))
         self.step = 0
         self.position = 0
         self.curve: list[dict[str, Any]] = []  # step, loss, tokens, seconds, changed_loss (None: no edit tokens)
-        self.tokens_seen = 0
+        self.tokens_seen = 0      # tokens the forwards computed (a packed prefix once)
+        self.example_tokens = 0   # the same examples' tokens unpacked
         self.seconds = 0.0
         self.data_sha256 = _file_sha256(config.data)
 
@@ -167,9 +169,14 @@ class Run:
             if self.position >= len(self.order):  # a new epoch: reshuffle, seeded by the epoch
                 self.position = 0
                 random.Random(f"train:{self.config.seed}:{self.step}").shuffle(self.order)
+                self.order = self.gathered(self.order)
             batch.append(self.examples[self.order[self.position]])
             self.position += 1
         return batch
+
+    def gathered(self, order: list[int]) -> list[int]:
+        """With packing, the examples of one window moved next to each other in the data order."""
+        return gather_by_key(order, [e.prefix_key for e in self.examples]) if self.config.pack > 1 else order
 
     def train_step(self) -> tuple[float, float | None]:
         """One optimizer step over `examples_per_step` sequences; returns the mean program-token loss
@@ -183,19 +190,35 @@ class Run:
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate(self.config, self.step)
         plain_sum, changed_sum, changed_count = 0.0, 0.0, 0
-        for example, changed, weight in zip(batch, masks, weights):
-            token_losses = self.token_losses(example)
-            ((token_losses * weight).sum() / max(1e-9, total_weight)).backward()
-            plain_sum += token_losses.sum().item()
-            changed_sum += token_losses[changed].sum().item()
-            changed_count += int(changed.sum().item())
-            self.tokens_seen += len(example.input_ids)
+        first = 0
+        for group in group_runs(batch, max(1, self.config.pack)):
+            losses = self.group_losses(group)
+            part = range(first, first + len(group))
+            ((sum((losses[i - first] * weights[i]).sum() for i in part)) / max(1e-9, total_weight)).backward()
+            for i in part:
+                plain_sum += losses[i - first].sum().item()
+                changed_sum += losses[i - first][masks[i]].sum().item()
+                changed_count += int(masks[i].sum().item())
+            self.example_tokens += sum(len(e.input_ids) for e in group)
+            first += len(group)
         torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], 1.0)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         plain = plain_sum / max(1, sum(e.program_tokens for e in batch))
         return plain, (changed_sum / changed_count if changed_count else None)
+
+    def group_losses(self, group: list[Example]) -> list[Any]:
+        """Per example of `group` (one prompt prefix), the [K] losses at its program tokens: one
+        packed forward for several (packed_forward.py), `token_losses` for one."""
+        if len(group) == 1:
+            self.tokens_seen += len(group[0].input_ids)
+            return [self.token_losses(group[0])]
+        from backend.training.packed_forward import packed_token_losses
+
+        packed = pack(group)
+        self.tokens_seen += len(packed.input_ids)
+        return packed_token_losses(self.model, packed, self.device, autocast_context(self.device))
 
     def token_losses(self, example: Example) -> Any:
         """Cross-entropy [K] at each of the example's program tokens. Logits are computed only at the
@@ -228,7 +251,7 @@ class Run:
         self.model.save_pretrained(str(tmp))
         torch.save({"optimizer": self.optimizer.state_dict(), "step": self.step, "position": self.position,
                     "order": self.order, "curve": self.curve, "tokens_seen": self.tokens_seen,
-                    "seconds": self.seconds, "torch_rng": torch.get_rng_state(),
+                    "example_tokens": self.example_tokens, "seconds": self.seconds, "torch_rng": torch.get_rng_state(),
                     "config": _comparable(self.config), "data_sha256": self.data_sha256}, tmp / "state.pt")
         shutil.rmtree(folder, ignore_errors=True)
         os.rename(tmp, folder)
@@ -245,6 +268,7 @@ class Run:
         self.optimizer.load_state_dict(state["optimizer"])
         self.step, self.position, self.order = state["step"], state["position"], state["order"]
         self.curve, self.tokens_seen, self.seconds = state["curve"], state["tokens_seen"], state["seconds"]
+        self.example_tokens = state.get("example_tokens", self.tokens_seen)  # older checkpoints: never packed
         torch.set_rng_state(state["torch_rng"])
 
 
@@ -295,47 +319,13 @@ def save_adapter(model: Any, out: Path) -> int:
 
 
 def progress_line(run: Run, loss: float, started_tokens: int, started: float) -> str:
-    rate = (run.tokens_seen - started_tokens) / max(1e-9, time.perf_counter() - started)
+    elapsed = max(1e-9, time.perf_counter() - started)
+    rate = (run.tokens_seen - started_tokens) / elapsed
     remaining = (run.config.max_steps - run.step) * run.config.examples_per_step * (run.tokens_seen / max(1, run.step * run.config.examples_per_step)) / max(rate, 1e-9)
     changed = run.curve[-1].get("changed_loss") if run.curve else None
     return (f"step {run.step}/{run.config.max_steps}  loss {loss:.4f}  edit-token loss {loss_text(changed)}  "
             f"lr {learning_rate(run.config, run.step - 1):.2e}  "
-            f"{rate:.0f} tok/s  tokens {run.tokens_seen}  elapsed {run.seconds / 60:.1f} min  eta {remaining / 60:.1f} min")
-
-
-class StopRequest:
-    """Ctrl-C / SIGTERM while training: note it, so the loop stops after the step in progress with a
-    checkpoint and writes the adapter (a run stopped to free the CPU keeps all its steps). The
-    previous handlers are back after the first signal, so a second one aborts at once."""
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self) -> None:
-        self.signal_name: str | None = None
-        self._previous: dict[int, Any] = {}
-
-    def __enter__(self) -> "StopRequest":
-        if threading.current_thread() is threading.main_thread():  # handlers can only be set there
-            self._previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._restore()
-
-    @property
-    def requested(self) -> bool:
-        return self.signal_name is not None
-
-    def _handle(self, signum: int, _frame: Any) -> None:
-        self.signal_name = signal.Signals(signum).name
-        print(f"{self.signal_name}: stopping after this step with a checkpoint and the adapter "
-              "(send it again to abort now)", file=sys.stderr, flush=True)
-        self._restore()
-
-    def _restore(self) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        self._previous = {}
+            f"{rate:.0f} tok/s  {run.example_tokens / max(1e-9, run.seconds):.0f} example tok/s  tokens {run.tokens_seen}  elapsed {run.seconds / 60:.1f} min  eta {remaining / 60:.1f} min")
 
 
 def train(config: TrainConfig, *, resume: bool = False, manifest: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -387,7 +377,7 @@ def train(config: TrainConfig, *, resume: bool = False, manifest: dict[str, Any]
     card = {
         "config": asdict(config), "examples": len(examples), "skipped_too_long": skipped,
         "steps": run.step, "finished": run.step >= config.max_steps, "stopped_by": stopped_by, "tokens_seen": run.tokens_seen,
-        "examples_seen": run.step * config.examples_per_step, "wall_seconds": round(run.seconds, 1),
+        "example_tokens_seen": run.example_tokens, "examples_seen": run.step * config.examples_per_step, "wall_seconds": round(run.seconds, 1),
         "tokens_per_second": round(run.tokens_seen / max(run.seconds, 1e-9), 1), "adapter_bytes": size,
         "loss_first": run.curve[0]["loss"] if run.curve else None,
         "loss_last_10": round(sum(p["loss"] for p in run.curve[-10:]) / max(1, len(run.curve[-10:])), 5) if run.curve else None,
