@@ -28,9 +28,6 @@ def test_pack__shared_prefix_once_positions_restart_and_labels_map_to_their_bran
     assert packed.branches == ((3, 6), (6, 10))
     # a: token 11 (index 5) is predicted at index 4 -> packed 4; b: 21 (5) at 4 -> 7, 22 (6) at 5 -> 8
     assert packed.predict_at == (4, 7, 8) and packed.targets == (11, 21, 22) and packed.owner == (0, 1, 1)
-    assert packed.changed == (True, False, True)
-    assert packed.allowed_spans(1) == ((0, 2),)
-    assert packed.allowed_spans(7) == ((0, 3), (6, 8))   # the prefix and its own branch, never a's tokens
 
 
 def test_pack__a_label_right_after_the_prefix_reads_the_prefix_logits():

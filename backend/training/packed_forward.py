@@ -39,7 +39,7 @@ def packed_token_losses(model: Any, packed: Packed, device: Any, autocast: Any) 
             for index, (keys, values) in enumerate(shared):  # update() concatenates: the prefix tensors stay as they are
                 cache.update(keys, values, index)
             out = model(input_ids=ids[:, start:end], cache=cache, use_cache=True,
-                        position_ids=torch.arange(p, p + end - start, device=device)[None],
+                        position_ids=torch.tensor([packed.position_ids[start:end]], device=device),
                         logits_to_keep=torch.tensor([q - start for q in wanted], device=device))
             rows.update(zip(wanted, out.logits[0]))
     logits = torch.stack([rows[q] for q in packed.predict_at]).float()  # [K, V]

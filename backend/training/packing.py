@@ -11,12 +11,12 @@ once and each example's own tokens (instruction, answer) follow it as a branch:
 
 Each branch token sees exactly the tokens it sees unpacked, at the same positions (rotary
 embeddings depend on the position alone), so every label gets the same logits and the loss and its
-gradient equal the unpacked ones (tests/test_packing.py checks both against the unpacked run).
+gradient equal the unpacked ones (tests/test_packing.py checks both against the unpacked forwards).
 A label whose predicting position lies in the prefix reads the prefix's logits.
 
 `group_runs` decides which examples of a batch share a forward (same `Example.prefix_key`, at most
-`limit`); `pack` lays them out. Standard library only: the trainer turns a `Packed` into tensors
-(`attention_mask` there builds the [T, T] mask from `allowed_spans`).
+`limit`); `pack` lays them out (no torch here); `packed_forward` runs a `Packed` (the prefix once,
+then each branch over the prefix's keys and values).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class Packed:
 
     `branches`: [start, end) of each example's own tokens in the packed sequence; `predict_at[i]`
     is the packed position whose logits predict `targets[i]`; `owner[i]` is the index (into
-    `examples`) of the example that label belongs to, `changed[i]` its changed flag."""
+    `examples`) of the example that label belongs to."""
 
     examples: tuple[Example, ...]
     input_ids: tuple[int, ...]
@@ -43,14 +43,6 @@ class Packed:
     predict_at: tuple[int, ...]
     targets: tuple[int, ...]
     owner: tuple[int, ...]
-    changed: tuple[bool, ...]
-
-    def allowed_spans(self, row: int) -> tuple[tuple[int, int], ...]:
-        """The [start, end) key ranges position `row` attends to."""
-        if row < self.prefix:
-            return ((0, row + 1),)
-        start = next(s for s, e in self.branches if s <= row < e)
-        return ((0, self.prefix), (start, row + 1))
 
 
 def common_prefix(sequences: Sequence[Sequence[int]]) -> int:
@@ -70,7 +62,7 @@ def pack(examples: Sequence[Example]) -> Packed:
         raise ValueError("nothing to pack")
     p = common_prefix([e.input_ids for e in examples])
     ids, positions = list(examples[0].input_ids[:p]), list(range(p))
-    branches, predict_at, targets, owner, changed = [], [], [], [], []
+    branches, predict_at, targets, owner = [], [], [], []
     for index, example in enumerate(examples):
         start = len(ids)
         ids += example.input_ids[p:]
@@ -83,9 +75,8 @@ def pack(examples: Sequence[Example]) -> Packed:
             predict_at.append(source if source < p else start + source - p)
             targets.append(label)
             owner.append(index)
-            changed.append(bool(example.changed[i]) if example.changed else False)
     return Packed(tuple(examples), tuple(ids), tuple(positions), p, tuple(branches), tuple(predict_at),
-                  tuple(targets), tuple(owner), tuple(changed))
+                  tuple(targets), tuple(owner))
 
 
 def group_runs(batch: Sequence[Example], limit: int) -> list[list[Example]]:

@@ -14,6 +14,9 @@
 - `prompt`: the prompt layout examples are encoded in (zero-shot, or instruction-first: the
   instruction also before the numbered input); training.json records it and loading the adapter
   uses it.
+- `pack` K > 1: up to K examples of one window (same prompt) in one packed forward, the shared
+  prompt computed once (packing.py, packed_forward.py; same loss and gradient). `tokens_seen`
+  counts the tokens computed, `example_tokens` the same examples unpacked.
 - bf16 autocast on a CPU that supports it, CUDA when present; seeded data order and dropout.
 - A checkpoint (adapter + optimizer + schedule + data position + loss curve) every
   `checkpoint_every` steps, written to a temporary directory and renamed, so a killed run resumes
@@ -210,15 +213,16 @@ class Run:
 
     def group_losses(self, group: list[Example]) -> list[Any]:
         """Per example of `group` (one prompt prefix), the [K] losses at its program tokens: one
-        packed forward for several (packed_forward.py), `token_losses` for one."""
-        if len(group) == 1:
-            self.tokens_seen += len(group[0].input_ids)
-            return [self.token_losses(group[0])]
-        from backend.training.packed_forward import packed_token_losses
+        packed forward for several that share a prefix (packed_forward.py), else one each."""
+        if len(group) > 1:
+            packed = pack(group)
+            if packed.prefix > 0:
+                from backend.training.packed_forward import packed_token_losses
 
-        packed = pack(group)
-        self.tokens_seen += len(packed.input_ids)
-        return packed_token_losses(self.model, packed, self.device, autocast_context(self.device))
+                self.tokens_seen += len(packed.input_ids)
+                return packed_token_losses(self.model, packed, self.device, autocast_context(self.device))
+        self.tokens_seen += sum(len(e.input_ids) for e in group)
+        return [self.token_losses(e) for e in group]
 
     def token_losses(self, example: Example) -> Any:
         """Cross-entropy [K] at each of the example's program tokens. Logits are computed only at the
@@ -319,8 +323,7 @@ def save_adapter(model: Any, out: Path) -> int:
 
 
 def progress_line(run: Run, loss: float, started_tokens: int, started: float) -> str:
-    elapsed = max(1e-9, time.perf_counter() - started)
-    rate = (run.tokens_seen - started_tokens) / elapsed
+    rate = (run.tokens_seen - started_tokens) / max(1e-9, time.perf_counter() - started)
     remaining = (run.config.max_steps - run.step) * run.config.examples_per_step * (run.tokens_seen / max(1, run.step * run.config.examples_per_step)) / max(rate, 1e-9)
     changed = run.curve[-1].get("changed_loss") if run.curve else None
     return (f"step {run.step}/{run.config.max_steps}  loss {loss:.4f}  edit-token loss {loss_text(changed)}  "
