@@ -42,9 +42,9 @@ from backend.runtime.request import STRATEGIES as ENGINE_STRATEGIES
 
 
 def load_engine(name: str | None, *, limits: Any = None, runtime: str = "auto", engine_url: str | None = None,
-                engine_kind: str | None = None, copy_rest: bool = True) -> Any:
+                engine_kind: str | None = None, copy_rest: bool = True, avoid_noops: bool = False) -> Any:
     """An EditEngine on the named model (default: models.yaml's default) in `runtime`, or on a remote
-    server (engine_url + engine_kind; docs/DEPLOY.md); `copy_rest` as open_engine's. UsageError if
+    server (engine_url + engine_kind; docs/DEPLOY.md); `copy_rest`, `avoid_noops` as open_engine's. UsageError if
     unavailable."""
     from backend.runtime.engine import EditError
     from backend.runtime.models import ModelUnavailable
@@ -52,7 +52,7 @@ def load_engine(name: str | None, *, limits: Any = None, runtime: str = "auto", 
 
     try:
         return open_engine(name, runtime=runtime, engine_url=engine_url, engine_kind=engine_kind, limits=limits,
-                           copy_rest=copy_rest)
+                           copy_rest=copy_rest, avoid_noops=avoid_noops)
     except (ModelUnavailable, EditError, ValueError) as error:
         raise UsageError(str(error)) from None
 
@@ -88,7 +88,8 @@ def cmd_edit(args: argparse.Namespace) -> int:
     from backend.runtime.request import CLI_LIMITS
 
     # the app's rules: no empty input, no blank instruction; --no-copy-rest: the program as the model ended it
-    engine = load_engine(args.model, limits=CLI_LIMITS, copy_rest=not args.no_copy_rest, **_runtime_options(args))
+    engine = load_engine(args.model, limits=CLI_LIMITS, copy_rest=not args.no_copy_rest,
+                         avoid_noops=args.refuse_noops, **_runtime_options(args))
     try:
         events = engine.run(
             source, args.instruction, strategy=args.strategy, mode=mode, target=target,
@@ -272,6 +273,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--target", default=None, metavar="F", help="the desired result: reference mode")
     p.add_argument("--no-copy-rest", action="store_true",
                    help="keep the program as the model ended it (default: an early end after a copy copies the rest)")
+    p.add_argument("--refuse-noops", action="store_true",
+                   help="refuse no-op items: a gen opening with the line a copy would give, a copy right after "
+                   "a copy (backend/runtime/noop_guard.py; off by default: it gained no exact edit)")
     _add_runtime_flags(p, remote=True)
     p.set_defaults(handler=cmd_edit)
 

@@ -96,6 +96,9 @@ def _register_evaluate(subparsers: Any) -> None:
     evaluate.add_argument("--out", default=None, help="also write per-case results (JSONL) here")
     evaluate.add_argument("--no-copy-rest", action="store_true",
                           help="measure the model's programs as written: an early end does not copy the rest of the input")
+    evaluate.add_argument("--refuse-noops", action="store_true",
+                          help="refuse no-op items: a gen opening with the line a copy would give, a copy right after "
+                          "a copy (backend/runtime/noop_guard.py; off by default: it gained no exact edit)")
     _add_runtime_flags(evaluate, remote=True)  # llama.cpp: the adapter merged into a copy of the base GGUF
     evaluate.set_defaults(handler=cmd_evaluate)
 
@@ -181,12 +184,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise UsageError("--limit must be positive")
     with _open_results(args.out) as results:  # before the model loads: a bad --out fails in a second, not after the run
         # a server too: model mode needs no logits here
-        engine = load_engine(args.model, copy_rest=not args.no_copy_rest, **_runtime_options(args))
+        engine = load_engine(args.model, copy_rest=not args.no_copy_rest, avoid_noops=args.refuse_noops,
+                             **_runtime_options(args))
         evaluation = Evaluation(engine, strategies=strategies, speed_limit=args.speed_limit,
                                 max_new_tokens=args.max_new_tokens)
         document: dict[str, Any] = {"model": engine.name, "runtime": engine.loaded.runtime,
                                     "strategies": list(strategies),
-                                    "copy_rest": bool(getattr(engine, "copy_rest", False)), "corpora": {}}
+                                    "copy_rest": bool(getattr(engine, "copy_rest", False)),
+                                    "avoid_noops": bool(getattr(engine, "avoid_noops", False)), "corpora": {}}
         table_rows = [_evaluate_corpus(name, args, evaluation, document, results) for name in args.corpora]
     emit(format_table(["corpus", "cases", "finished+valid", "exact", "failures"], table_rows), document)
     return 0

@@ -14,6 +14,7 @@ from typing import Any
 
 from backend.core.fsm import TokenFSM
 from backend.core.fsm_state import FSMState
+from backend.core.lines import split_lines
 from backend.core.program import Op
 from backend.runtime.events import DecodeEvent
 from backend.runtime.grammar import Grammar
@@ -33,6 +34,7 @@ class Counts:
     jump: int = 0
     boundary: int = 0
     boundary_tokens: int = 0
+    noop_refused: int = 0  # tokens refused by the no-op rule (noop_guard.py)
 
     @property
     def program(self) -> int:
@@ -69,6 +71,15 @@ class DecodeRun:
     drafting: Drafting | None = None  # tag openings and (hybrid) prompt-lookup drafts in gens (hybrid.py)
     copy_rest: bool = False  # model mode: an early end after a copy copies the rest (early_end.py)
     copied_rest: tuple[int, int] | None = None  # the lines that rule copied, when it did
+    avoid_noops: bool = False  # model mode: refuse no-op items (noop_guard.py)
+    _source_lines: list[str] | None = None
+
+    @property
+    def source_lines(self) -> list[str]:
+        """The input's lines (lines.split_lines), split once per run."""
+        if self._source_lines is None:
+            self._source_lines = split_lines(self.source)
+        return self._source_lines
 
     @property
     def fsm(self) -> TokenFSM:

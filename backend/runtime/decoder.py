@@ -61,6 +61,7 @@ from backend.runtime.grammar import Grammar
 from backend.runtime.handle import ModelHandle, prefill_prompt
 from backend.runtime.hybrid import Drafting
 from backend.runtime.early_end import copy_tag, rest_to_copy
+from backend.runtime.noop_guard import MAX_REFUSALS, adjacent_start, chosen_first_line, completes_echo, echoed_line
 from backend.runtime.loop_guard import LoopGuard
 from backend.runtime.program_text import ForcedProgram, ProgramStream, check_forced, encode_text, tokenize_before_item
 from backend.runtime.prompt_lookup import PromptLookupSetting
@@ -117,12 +118,41 @@ def next_token(run: DecodeRun, logits: torch.Tensor) -> int | None:
         return run.forced.next_token(run.state)
     temperature, top_p, generator = run.sampling
     token = run.grammar.choose(logits, run.state, temperature, top_p, generator)
+    if run.avoid_noops:
+        token = refuse_noops(run, logits, token)
     if token is None:
         run.stop("error", f"no token allowed in state {run.state.mode!r}")
     elif token == run.grammar.eos_id:
         run.stop("eos")
         return None
     return token
+
+
+def refuse_noops(run: DecodeRun, logits: torch.Tensor, token: int | None) -> int | None:
+    """The model's choice, or its next choice while the chosen token would write a no-op item: a
+    gen opening with the line a copy would give, or a copy starting right after the copy before it
+    (noop_guard.py). `logits` were masked in place by `choose`."""
+    temperature, top_p, generator = run.sampling
+    for _ in range(MAX_REFUSALS):
+        if token is None or token == run.grammar.eos_id or not writes_noop(run, token):
+            return token
+        run.counts.noop_refused += 1
+        with torch.inference_mode():
+            logits[token] = float("-inf")
+        token = run.grammar.choose(logits, run.state, temperature, top_p, generator)
+    return token
+
+
+def writes_noop(run: DecodeRun, token: int) -> bool:
+    """Whether `token` completes a no-op item's telltale part (noop_guard.py)."""
+    if run.state.mode == "gen":
+        echoed = echoed_line(run.ops, run.source_lines)
+        return completes_echo(run.state.body, run.grammar.token_bytes(token), echoed)
+    banned = adjacent_start(run.ops)
+    if banned is None or run.state.mode not in ("between", "tag", "first"):
+        return False
+    step = run.fsm.advance(run.state, token)
+    return chosen_first_line(step.state.core, step.completed, run.state.n_lines) == banned
 
 
 def take_token(run: DecodeRun, token: int) -> list[DecodeEvent]:
@@ -268,6 +298,7 @@ def decode_program(
     hybrid: PromptLookupSetting | None = None,
     tag_drafts: bool = True,
     copy_rest: bool = False,
+    avoid_noops: bool = False,
 ) -> Iterator[DecodeEvent]:
     """Copy-as-decode: the model writes a program under the FSM; copies enter the cache in one
     forward each. Yields tag / copy / gen events, then one done event with the DecodeResult.
@@ -282,6 +313,8 @@ def decode_program(
     `prompt_ids`: the program prompt already tokenised (default: `program_prompt_ids` in the
     model's prompt style).
     `copy_rest` (model mode): an early end after a copy copies the rest (early_end.py).
+    `avoid_noops` (model mode): no gen opening with the line a copy would give, no copy starting
+    right after the copy before it (noop_guard.py).
     Stops at EOS ("eos"), the end of a forced program ("complete"), `max_new_tokens` program tokens
     or a full context ("max_tokens", partial), `cancel` ("cancel", partial) or, in model mode, a
     program repeating itself ("loop", partial); a partial program resolves its completed ops plus
@@ -310,6 +343,7 @@ def decode_program(
         guard=LoopGuard() if forced is None else None,
         drafting=Drafting(hybrid, next_token, take_token, jump_forward, tags=tag_drafts),
         copy_rest=copy_rest and force_program is None,
+        avoid_noops=avoid_noops and force_program is None,
     )
     return _decode(run, list(prompt_ids))
 
@@ -377,6 +411,7 @@ def finish(run: DecodeRun, *, prompt_tokens: int, prefill_seconds: float) -> Dec
         copies=sum(isinstance(op, CopyLines) for op in final_ops), prompt_tokens=prompt_tokens,
         prompt_reused_tokens=run.prompt_reused or None,
         copied_rest=f"{run.copied_rest[0]}-{run.copied_rest[1]}" if run.copied_rest else None,
+        noop_refused=counts.noop_refused,
         **DecodeMetrics.step_timing(run.cache.step_seconds[run.base_steps:]),
     )
     return DecodeResult(

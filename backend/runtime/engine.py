@@ -56,17 +56,21 @@ class EditEngine:
     """Runs edits on one loaded model. Thread-safe: runs are serialised by one lock."""
 
     def __init__(self, loaded: ModelHandle, *, limits: EditLimits = EditLimits(), reuse_prompt: bool = False,
-                 copy_rest: bool = True) -> None:
+                 copy_rest: bool = True, avoid_noops: bool = False) -> None:
         """`reuse_prompt`: each run starts from the cache the last one left and reads only the part of
         its prompt that differs (`handle.PromptReuse`; for the interactive app). Off by default: a
         measurement wants every prompt read cold. `copy_rest`: a model-written program that ends
-        early after a copy gets the rest of the input copied (backend/runtime/early_end.py)."""
+        early after a copy gets the rest of the input copied (backend/runtime/early_end.py).
+        `avoid_noops`: a model-written program may not hold a no-op item (a gen opening with the
+        line a copy would give, a copy starting right after the copy before it;
+        backend/runtime/noop_guard.py; off by default: measured, it gains no exact edit)."""
         if loaded.tokenizer is None:
             raise EditError(f"model {loaded.name} has no tokenizer: it can time kernels only")
         self.loaded = loaded
         self.decoding: ModelHandle = PromptReuse(loaded) if reuse_prompt else loaded
         self.limits = limits
         self.copy_rest = copy_rest
+        self.avoid_noops = avoid_noops
         self.lock = threading.Lock()
         self._step_seconds: float | None = None
         self._text_tokenizer: Any = None
@@ -182,7 +186,7 @@ class EditEngine:
             return decode_program(
                 loaded, source, instruction, max_new_tokens=request.max_new_tokens, temperature=temperature,
                 top_p=top_p, seed=seed, cancel=cancel, grammar=self.grammar, prompt_ids=prepared.prompt_ids,
-                copy_rest=self.copy_rest,
+                copy_rest=self.copy_rest, avoid_noops=self.avoid_noops,
             )
         if request.strategy == "ar":
             return decode_plain(loaded, list(prepared.prompt_ids), max_new_tokens=request.max_new_tokens,

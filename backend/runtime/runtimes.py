@@ -85,11 +85,13 @@ def open_engine(
     limits: Any = None,
     reuse_prompt: bool = False,
     copy_rest: bool = True,
+    avoid_noops: bool = False,
 ) -> Any:
     """An EditEngine: on a remote server when `engine_url` is given (then `engine_kind` is needed
     and `runtime` is ignored), else on `load_runtime(model, runtime)`. `limits`: an EditLimits
     (default: the engine's). `reuse_prompt`, `copy_rest`: see `EditEngine` (a server keeps its own
-    prompt cache; a remote engine copies the rest on the client, after the server's end)."""
+    prompt cache; a remote engine copies the rest on the client, after the server's end).
+    `avoid_noops`: see `EditEngine`; in process only (a server chooses its own tokens)."""
     from backend.runtime.request import EditLimits
 
     limits = limits or EditLimits()
@@ -99,8 +101,10 @@ def open_engine(
 
         if not engine_kind:
             raise ValueError("--engine-url needs --engine-kind (vllm, sglang or llamacpp)")
+        if avoid_noops:
+            raise ValueError("--refuse-noops works in process only: a server chooses its own tokens")
         return RemoteEditEngine(CompletionsClient(engine_url, engine_kind), model=model, limits=limits, copy_rest=copy_rest)
     from backend.runtime.engine import EditEngine
 
     return EditEngine(load_runtime(model, runtime, threads=threads), limits=limits, reuse_prompt=reuse_prompt,
-                      copy_rest=copy_rest)
+                      copy_rest=copy_rest, avoid_noops=avoid_noops)

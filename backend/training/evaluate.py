@@ -143,6 +143,7 @@ class Evaluation:
                 row["program"] = result.program
                 row["error"] = result.error
                 row["copied_rest"] = getattr(result.metrics, "copied_rest", None)  # early_end.py
+                row["noop_refused"] = getattr(result.metrics, "noop_refused", 0)  # noop_guard.py
         return row
 
     def _budget(self, strategy: str, case: EditCase) -> int:
@@ -174,6 +175,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "failures": dict(sorted((k, v) for k, v in outcomes.items() if k != "exact")),
         "line_similarity": sum(r.get("line_similarity", 0.0) for r in rows) / cases if cases else 0.0,
         "copied_rest": sum(bool(r.get("copied_rest")) for r in rows),  # programs the decoder ended with the rest
+        "noop_refused": sum(bool(r.get("noop_refused")) for r in rows),  # programs the no-op rule changed
         "per_kind": per_kind,
         "speed": pooled_speed(rows),
     }
