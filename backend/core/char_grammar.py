@@ -58,6 +58,12 @@ def _extendable(digits: str, low: int, high: int) -> bool:
     return False
 
 
+def number_can_grow(digits: str, low: int, n: int) -> bool:
+    """Whether one more digit after `digits` still names a line in [low, n]: while it can, the line
+    number being written is not final."""
+    return any(_extendable(digits + d, low, n) for d in _DIGITS)
+
+
 def _step(core: Core, ch: str, n: Optional[int], has_lines: bool) -> Any:
     """The core after reading `ch`, None when `ch` is not allowed, or _NEED_N when reading it
     needs the line count and `n` is None. Changes nothing."""

@@ -61,8 +61,8 @@ from backend.runtime.grammar import Grammar
 from backend.runtime.handle import ModelHandle, prefill_prompt
 from backend.runtime.hybrid import Drafting
 from backend.runtime.early_end import copy_tag, rest_to_copy
-from backend.runtime.noop_guard import MAX_REFUSALS, adjacent_start, chosen_first_line, completes_echo, echoed_line
 from backend.runtime.loop_guard import LoopGuard
+from backend.runtime.noop_guard import refuse_noops
 from backend.runtime.program_text import ForcedProgram, ProgramStream, check_forced, encode_text, tokenize_before_item
 from backend.runtime.prompt_lookup import PromptLookupSetting
 from backend.runtime.prompt import program_prompt_ids, prompt_style
@@ -126,33 +126,6 @@ def next_token(run: DecodeRun, logits: torch.Tensor) -> int | None:
         run.stop("eos")
         return None
     return token
-
-
-def refuse_noops(run: DecodeRun, logits: torch.Tensor, token: int | None) -> int | None:
-    """The model's choice, or its next choice while the chosen token would write a no-op item: a
-    gen opening with the line a copy would give, or a copy starting right after the copy before it
-    (noop_guard.py). `logits` were masked in place by `choose`."""
-    temperature, top_p, generator = run.sampling
-    for _ in range(MAX_REFUSALS):
-        if token is None or token == run.grammar.eos_id or not writes_noop(run, token):
-            return token
-        run.counts.noop_refused += 1
-        with torch.inference_mode():
-            logits[token] = float("-inf")
-        token = run.grammar.choose(logits, run.state, temperature, top_p, generator)
-    return token
-
-
-def writes_noop(run: DecodeRun, token: int) -> bool:
-    """Whether `token` completes a no-op item's telltale part (noop_guard.py)."""
-    if run.state.mode == "gen":
-        echoed = echoed_line(run.ops, run.source_lines)
-        return completes_echo(run.state.body, run.grammar.token_bytes(token), echoed)
-    banned = adjacent_start(run.ops)
-    if banned is None or run.state.mode not in ("between", "tag", "first"):
-        return False
-    step = run.fsm.advance(run.state, token)
-    return chosen_first_line(step.state.core, step.completed, run.state.n_lines) == banned
 
 
 def take_token(run: DecodeRun, token: int) -> list[DecodeEvent]:
@@ -296,9 +269,7 @@ def decode_program(
     grammar: Grammar | None = None,
     prompt_ids: Sequence[int] | None = None,
     hybrid: PromptLookupSetting | None = None,
-    tag_drafts: bool = True,
-    copy_rest: bool = False,
-    avoid_noops: bool = False,
+    tag_drafts: bool = True, copy_rest: bool = False, avoid_noops: bool = False,
 ) -> Iterator[DecodeEvent]:
     """Copy-as-decode: the model writes a program under the FSM; copies enter the cache in one
     forward each. Yields tag / copy / gen events, then one done event with the DecodeResult.
@@ -312,9 +283,8 @@ def decode_program(
     decodes every chosen tag token in its own step (to measure what the drafts save).
     `prompt_ids`: the program prompt already tokenised (default: `program_prompt_ids` in the
     model's prompt style).
-    `copy_rest` (model mode): an early end after a copy copies the rest (early_end.py).
-    `avoid_noops` (model mode): no gen opening with the line a copy would give, no copy starting
-    right after the copy before it (noop_guard.py).
+    `copy_rest`, `avoid_noops` (model mode): an early end after a copy copies the rest
+    (early_end.py); no-op items are refused (noop_guard.py).
     Stops at EOS ("eos"), the end of a forced program ("complete"), `max_new_tokens` program tokens
     or a full context ("max_tokens", partial), `cancel` ("cancel", partial) or, in model mode, a
     program repeating itself ("loop", partial); a partial program resolves its completed ops plus
@@ -342,8 +312,7 @@ def decode_program(
         sampling=(temperature, top_p, make_generator(seed) if temperature > 0 and forced is None else None),
         guard=LoopGuard() if forced is None else None,
         drafting=Drafting(hybrid, next_token, take_token, jump_forward, tags=tag_drafts),
-        copy_rest=copy_rest and force_program is None,
-        avoid_noops=avoid_noops and force_program is None,
+        copy_rest=copy_rest and force_program is None, avoid_noops=avoid_noops and force_program is None,
     )
     return _decode(run, list(prompt_ids))
 

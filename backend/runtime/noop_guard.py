@@ -31,9 +31,12 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from backend.core.char_grammar import _DIGITS, FIRST_LINE, IN_TAG, LAST_LINE, Core, _extendable
+import torch
+
+from backend.core.char_grammar import FIRST_LINE, IN_TAG, LAST_LINE, Core, number_can_grow
 from backend.core.lines import strip_line_ending
 from backend.core.program import CopyLines, Gen, Op
+from backend.runtime.decode_run import DecodeRun
 
 MAX_REFUSALS = 8
 
@@ -76,6 +79,33 @@ def chosen_first_line(core: Core, completed: Sequence[Op], n_lines: int) -> int 
     mode = core[0]
     if mode == LAST_LINE or (mode == IN_TAG and core[1].startswith('"')):
         return int(core[2])
-    if mode == FIRST_LINE and core[1] and not any(_extendable(core[1] + d, 1, n_lines) for d in _DIGITS):
+    if mode == FIRST_LINE and core[1] and not number_can_grow(core[1], 1, n_lines):
         return int(core[1])
     return None
+
+
+def refuse_noops(run: DecodeRun, logits: torch.Tensor, token: int | None) -> int | None:
+    """The model's choice, or its next choice while the chosen token would write a no-op item: a
+    gen opening with the line a copy would give, or a copy starting right after the copy before it
+    (this module). `logits` were masked in place by `choose`."""
+    temperature, top_p, generator = run.sampling
+    for _ in range(MAX_REFUSALS):
+        if token is None or token == run.grammar.eos_id or not writes_noop(run, token):
+            return token
+        run.counts.noop_refused += 1
+        with torch.inference_mode():
+            logits[token] = float("-inf")
+        token = run.grammar.choose(logits, run.state, temperature, top_p, generator)
+    return token
+
+
+def writes_noop(run: DecodeRun, token: int) -> bool:
+    """Whether `token` completes a no-op item's telltale part."""
+    if run.state.mode == "gen":
+        echoed = echoed_line(run.ops, run.source_lines)
+        return completes_echo(run.state.body, run.grammar.token_bytes(token), echoed)
+    banned = adjacent_start(run.ops)
+    if banned is None or run.state.mode not in ("between", "tag", "first"):
+        return False
+    step = run.fsm.advance(run.state, token)
+    return chosen_first_line(step.state.core, step.completed, run.state.n_lines) == banned
