@@ -30,7 +30,9 @@ def packed_token_losses(model: Any, packed: Packed, device: Any, autocast: Any) 
         in_prefix = sorted({q for q in packed.predict_at if q < p})
         prefix = model(input_ids=ids[:, :p], use_cache=True, logits_to_keep=torch.tensor(in_prefix or [p - 1], device=device))
         rows.update(zip(in_prefix, prefix.logits[0]))
-        shared = [(layer.keys, layer.values) for layer in prefix.past_key_values.layers]
+        # transformers 5.24 returns the cache as `cache` (reading `past_key_values` logs a deprecation)
+        kept = prefix.cache if getattr(prefix, "cache", None) is not None else prefix.past_key_values
+        shared = [(layer.keys, layer.values) for layer in kept.layers]
         for start, end in packed.branches:
             wanted = [q for q in packed.predict_at if start <= q < end]
             if not wanted:
