@@ -127,16 +127,21 @@ def test_packed_forward__another_branch_never_leaks_in(tiny):
     assert not torch.equal(after[0], before[0])
 
 
-def test_train_with_pack__runs_computes_fewer_tokens_and_the_loss_goes_down(tmp_path):
+def _packed_config(tmp_path, out: str, **settings):
+    """A packed tiny-random run on `_records()`, written to tmp_path/train.jsonl."""
     from backend.training import dataset
-    from backend.training.trainer import TrainConfig, train
+    from backend.training.trainer import TrainConfig
 
     data = tmp_path / "train.jsonl"
     dataset.write_jsonl(_records(), data)
-    config = TrainConfig(data=str(data), out=str(tmp_path / "out"), base_model="tiny-random", rank=4, alpha=8,
-                         lr=5e-3, warmup_steps=1, max_steps=8, examples_per_step=4, checkpoint_every=4, threads=1,
-                         pack=4)
-    card = train(config)
+    return TrainConfig(data=str(data), out=str(tmp_path / out), base_model="tiny-random", rank=4, alpha=8,
+                       lr=5e-3, warmup_steps=1, threads=1, pack=4, **settings)
+
+
+def test_train_with_pack__runs_computes_fewer_tokens_and_the_loss_goes_down(tmp_path):
+    from backend.training.trainer import train
+
+    card = train(_packed_config(tmp_path, "out", max_steps=8, examples_per_step=4, checkpoint_every=4))
     assert card["examples_seen"] == 32 and card["config"]["pack"] == 4
     assert card["tokens_seen"] < 0.6 * card["example_tokens_seen"]   # the shared prompt computed once per step
     assert "packed up to 4 edits of a window per prompt" in (tmp_path / "out" / "TRAINING_CARD.md").read_text()
@@ -145,14 +150,9 @@ def test_train_with_pack__runs_computes_fewer_tokens_and_the_loss_goes_down(tmp_
 
 
 def test_packed_run__resumes_exactly_and_records_its_packing(tmp_path):
-    from backend.training import dataset
-    from backend.training.trainer import TrainConfig, train
+    from backend.training.trainer import train
 
-    data = tmp_path / "train.jsonl"
-    dataset.write_jsonl(_records(), data)
-    config = TrainConfig(data=str(data), out=str(tmp_path / "straight"), base_model="tiny-random", rank=4, alpha=8,
-                         lr=5e-3, warmup_steps=1, max_steps=4, examples_per_step=3, checkpoint_every=1, threads=1,
-                         pack=4)
+    config = _packed_config(tmp_path, "straight", max_steps=4, examples_per_step=3, checkpoint_every=1)
     straight = train(config)
     train(replace(config, out=str(tmp_path / "resumed"), max_minutes=0.0))
     resumed = train(replace(config, out=str(tmp_path / "resumed")), resume=True)
