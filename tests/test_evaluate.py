@@ -108,3 +108,34 @@ def test_evaluate_cli__an_unwritable_out_is_a_usage_error_before_the_model_loads
                       encoding="utf-8")
     assert main(["evaluate", str(corpus), "--model", "no-such-model", "--out", str(blocker / "rows.jsonl")]) == 2
     assert "--out" in capsys.readouterr().err
+
+
+def test_add_search__a_searched_row_counts_every_candidates_time():
+    from types import SimpleNamespace
+
+    from backend.runtime.decode_run import Choice
+    from backend.training.evaluate import add_search
+
+    metrics = SimpleNamespace(search_candidates=4, search_branch=2, search_seconds=10.0, prefill_seconds=1.5)
+    result = SimpleNamespace(metrics=metrics, choices=(Choice(5, -0.25, 6, -1.0), Choice(7, -0.5, None, float("-inf"))))
+    row = {"cad": {"seconds": 2.0}}
+    add_search(row, result)
+    assert row["search"] == {"candidates": 4, "branch": 2, "log_prob": -0.75}
+    assert row["cad"]["seconds"] == 8.5   # all four decodes and prefills, less the prefill reported apart
+
+
+def test_add_search__an_unsearched_row_is_left_alone():
+    from types import SimpleNamespace
+
+    from backend.training.evaluate import add_search
+
+    row = {"cad": {"seconds": 2.0}}
+    add_search(row, SimpleNamespace(metrics=SimpleNamespace(search_candidates=None), choices=()))
+    assert row == {"cad": {"seconds": 2.0}}
+
+
+def test_evaluate_cli__search_must_be_a_count(capsys):
+    from backend.__main__ import main
+
+    assert main(["evaluate", "dev.jsonl", "--search", "-1"]) == 2   # a usage error, before any model loads
+    assert "--search: must be >= 0, got -1" in capsys.readouterr().err

@@ -58,8 +58,7 @@ import os
 import sys
 from typing import Any
 
-from backend.cli.common import UsageError, emit, format_table
-from backend.cli.edit_commands import _positive_int as _positive
+from backend.cli.common import UsageError, emit, format_table, positive_int
 
 # strategy_bench.OPTIONAL_VARIANTS, spelled here so that parsing arguments does not import torch
 SKIPPABLE = ("cad-hybrid", "cad-no-tag-drafts")
@@ -68,18 +67,18 @@ SKIPPABLE = ("cad-hybrid", "cad-no-tag-drafts")
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("bench", help="every strategy on corpora, timed in one process (reference replay)")
     parser.add_argument("corpora", nargs="+", metavar="CORPUS")
-    parser.add_argument("--limit", type=_positive, default=None,
+    parser.add_argument("--limit", type=positive_int, default=None,
                         help="first K cases of each corpus that fit the model's context (longer ones are skipped, listed)")
     parser.add_argument("--model", default=None)
     parser.add_argument("--runtime", default="auto",
                         help="torch or llama.cpp, or both comma-separated (timed in turn in this one process); "
                              "auto (default): llama.cpp when it can run the model on this CPU-only machine, else torch")
-    parser.add_argument("--repeats", type=_positive, default=3, help="runs per case and strategy (median)")
-    parser.add_argument("--top", type=_positive, default=3, help="best-predicted sweep settings to time")
+    parser.add_argument("--repeats", type=positive_int, default=3, help="runs per case and strategy (median)")
+    parser.add_argument("--top", type=positive_int, default=3, help="best-predicted sweep settings to time")
     parser.add_argument("--skip", action="append", default=[], choices=SKIPPABLE, metavar="STRATEGY",
                         help="leave out an optional variant: " + ", ".join(SKIPPABLE) + " (repeatable)")
     parser.add_argument("--data-dir", default=None)
-    parser.add_argument("--library-check", type=_positive, default=None, metavar="K",
+    parser.add_argument("--library-check", type=positive_int, default=None, metavar="K",
                         help="also time transformers' generate (greedy, prompt lookup) against our loops on K cases")
     parser.add_argument("--prompt-reuse", action="store_true",
                         help="also time each prompt cold and on a second edit of the same file (prompt reuse)")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,3 +62,24 @@ def read_text_file(path: str, what: str, *, max_bytes: int = MAX_FILE_BYTES) -> 
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise UsageError(f"{what} file {path}: not valid UTF-8 (byte {error.start})") from None
+
+
+
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= `minimum`, with a clear error otherwise."""
+    import argparse
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+non_negative_int = int_at_least(0)
+positive_int = int_at_least(1)

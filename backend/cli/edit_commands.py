@@ -35,16 +35,17 @@ import sys
 import time
 from typing import Any
 
-from backend.cli.common import UsageError, emit, format_table, read_text_file
+from backend.cli.common import UsageError, emit, format_table, non_negative_int, positive_int, read_text_file
 from backend.measure.replay import STRATEGIES
 from backend.runtime.prompt_lookup import DEFAULT_LOOKUP, TUNED_LOOKUP, lookup_label
 from backend.runtime.request import STRATEGIES as ENGINE_STRATEGIES
 
 
 def load_engine(name: str | None, *, limits: Any = None, runtime: str = "auto", engine_url: str | None = None,
-                engine_kind: str | None = None, copy_rest: bool = True, avoid_noops: bool = False) -> Any:
+                engine_kind: str | None = None, copy_rest: bool = True, avoid_noops: bool = False,
+                search_branches: int = 0) -> Any:
     """An EditEngine on the named model (default: models.yaml's default) in `runtime`, or on a remote
-    server (engine_url + engine_kind; docs/DEPLOY.md); `copy_rest`, `avoid_noops` as open_engine's. UsageError if
+    server (engine_url + engine_kind; docs/DEPLOY.md); `copy_rest`, `avoid_noops`, `search_branches` as open_engine's. UsageError if
     unavailable."""
     from backend.runtime.engine import EditError
     from backend.runtime.models import ModelUnavailable
@@ -52,7 +53,7 @@ def load_engine(name: str | None, *, limits: Any = None, runtime: str = "auto", 
 
     try:
         return open_engine(name, runtime=runtime, engine_url=engine_url, engine_kind=engine_kind, limits=limits,
-                           copy_rest=copy_rest, avoid_noops=avoid_noops)
+                           copy_rest=copy_rest, avoid_noops=avoid_noops, search_branches=search_branches)
     except (ModelUnavailable, EditError, ValueError) as error:
         raise UsageError(str(error)) from None
 
@@ -89,7 +90,7 @@ def cmd_edit(args: argparse.Namespace) -> int:
 
     # the app's rules: no empty input, no blank instruction; --no-copy-rest: the program as the model ended it
     engine = load_engine(args.model, limits=CLI_LIMITS, copy_rest=not args.no_copy_rest,
-                         avoid_noops=args.refuse_noops, **_runtime_options(args))
+                         avoid_noops=args.refuse_noops, search_branches=args.search, **_runtime_options(args))
     try:
         events = engine.run(
             source, args.instruction, strategy=args.strategy, mode=mode, target=target,
@@ -248,16 +249,6 @@ def _lookup(text: str) -> tuple[int, int]:
     return setting.ngram, setting.drafts
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("edit", help="one edit through a model, streamed; output, metrics, JSON")
     p.add_argument("--model", default=None, help="models.yaml entry (default: the embedded SmolLM2)")
@@ -266,7 +257,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--strategy", choices=ENGINE_STRATEGIES, default="cad")
     p.add_argument("--lookup", type=_lookup, default=DEFAULT_LOOKUP, metavar="N/K",
                    help="prompt lookup (--strategy pld): largest n-gram N, K draft tokens (default 2/10, transformers')")
-    p.add_argument("--max-new-tokens", type=_positive_int, default=512, metavar="N")
+    p.add_argument("--max-new-tokens", type=positive_int, default=512, metavar="N")
     p.add_argument("--temperature", type=float, default=0.0, metavar="T")
     p.add_argument("--top-p", type=float, default=1.0, metavar="P")
     p.add_argument("--seed", type=int, default=None, metavar="S")
@@ -276,6 +267,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--refuse-noops", action="store_true",
                    help="refuse no-op items: a gen opening with the line a copy would give, a copy right after "
                    "a copy (backend/runtime/noop_guard.py; off by default: it gained no exact edit)")
+    p.add_argument("--search", type=non_negative_int, default=0, metavar="K",
+                   help="likelihood search (model mode, greedy, in process): also decode K branches of the greedy program, each taking the runner-up at one of its K least certain choices, and keep the most probable finished program (backend/runtime/search.py); costs about K+1 decodes")
     _add_runtime_flags(p, remote=True)
     p.set_defaults(handler=cmd_edit)
 

@@ -24,6 +24,22 @@ from backend.runtime.loop_guard import LoopGuard
 from backend.runtime.program_text import ForcedProgram, ProgramStream
 
 
+@dataclass(frozen=True)
+class Choice:
+    """One decision of a model-mode run (search.py): the token taken and its log-probability under
+    the grammar's mask, and the best other token the mask allowed (None when it allowed one)."""
+
+    token: int
+    log_prob: float
+    runner_up: int | None
+    runner_up_log_prob: float
+
+    @property
+    def margin(self) -> float:
+        """How much likelier the taken token was than the runner-up (inf when there was none)."""
+        return self.log_prob - self.runner_up_log_prob
+
+
 @dataclass
 class Counts:
     """Program tokens by kind, and what the joins and jump-forward did."""
@@ -72,6 +88,8 @@ class DecodeRun:
     copy_rest: bool = False  # model mode: an early end after a copy copies the rest (early_end.py)
     copied_rest: tuple[int, int] | None = None  # the lines that rule copied, when it did
     avoid_noops: bool = False  # model mode: refuse no-op items (noop_guard.py)
+    decisions: tuple[int, ...] = ()  # search: the run's first choices, replayed (search.py)
+    choices: list[Choice] | None = None  # search: every choice with its log-probability (search.py)
     _source_lines: list[str] | None = None
 
     @property

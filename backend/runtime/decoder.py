@@ -55,7 +55,7 @@ import torch
 from backend.core.lines import line_count
 from backend.core.program import CopyLines, Gen, Op
 from backend.core.resolve import resolve_program
-from backend.runtime.decode_run import DecodeRun
+from backend.runtime.decode_run import Choice, DecodeRun
 from backend.runtime.events import DecodeEvent, DecodeMetrics, DecodeResult
 from backend.runtime.grammar import Grammar
 from backend.runtime.handle import ModelHandle, prefill_prompt
@@ -116,15 +116,34 @@ def next_token(run: DecodeRun, logits: torch.Tensor) -> int | None:
             run.stop("complete")
             return None
         return run.forced.next_token(run.state)
-    temperature, top_p, generator = run.sampling
-    token = run.grammar.choose(logits, run.state, temperature, top_p, generator)
-    if run.avoid_noops:
-        token = refuse_noops(run, logits, token)
+    if run.choices is not None:
+        token = traced_choice(run, logits)
+    else:
+        temperature, top_p, generator = run.sampling
+        token = run.grammar.choose(logits, run.state, temperature, top_p, generator)
+        if run.avoid_noops:
+            token = refuse_noops(run, logits, token)
     if token is None:
         run.stop("error", f"no token allowed in state {run.state.mode!r}")
     elif token == run.grammar.eos_id:
         run.stop("eos")
         return None
+    return token
+
+
+def traced_choice(run: DecodeRun, logits: torch.Tensor) -> int | None:
+    """Search (search.py): the next of `run.decisions` while any are left, else the greedy choice;
+    either way recorded in `run.choices` with its log-probability and the runner-up's."""
+    assert run.choices is not None
+    log_probs = run.grammar.log_probs(logits, run.state)
+    if log_probs is None:
+        return None
+    index = len(run.choices)
+    best = torch.topk(log_probs, 2)
+    ranked = [(int(t), float(v)) for t, v in zip(best.indices, best.values) if v > float("-inf")]
+    token = run.decisions[index] if index < len(run.decisions) else ranked[0][0]
+    runner_up = next(((t, v) for t, v in ranked if t != token), (None, float("-inf")))
+    run.choices.append(Choice(token, float(log_probs[token]), *runner_up))
     return token
 
 
@@ -270,6 +289,7 @@ def decode_program(
     prompt_ids: Sequence[int] | None = None,
     hybrid: PromptLookupSetting | None = None,
     tag_drafts: bool = True, copy_rest: bool = False, avoid_noops: bool = False,
+    trace: bool = False, decisions: Sequence[int] = (),
 ) -> Iterator[DecodeEvent]:
     """Copy-as-decode: the model writes a program under the FSM; copies enter the cache in one
     forward each. Yields tag / copy / gen events, then one done event with the DecodeResult.
@@ -285,6 +305,9 @@ def decode_program(
     model's prompt style).
     `copy_rest`, `avoid_noops` (model mode): an early end after a copy copies the rest
     (early_end.py); no-op items are refused (noop_guard.py).
+    `trace` (model mode, greedy): every choice is recorded with its log-probability and the
+    runner-up's (`DecodeResult.choices`); `decisions`: the first choices are these tokens, then
+    greedy (search.py branches a run this way; the no-op rule is off in a traced run).
     Stops at EOS ("eos"), the end of a forced program ("complete"), `max_new_tokens` program tokens
     or a full context ("max_tokens", partial), `cancel` ("cancel", partial) or, in model mode, a
     program repeating itself ("loop", partial); a partial program resolves its completed ops plus
@@ -298,6 +321,8 @@ def decode_program(
         raise ValueError("max_new_tokens must be positive")
     if temperature < 0 or not 0.0 < top_p <= 1.0:
         raise ValueError(f"bad sampling settings: temperature={temperature}, top_p={top_p}")
+    if (trace or decisions) and temperature > 0:
+        raise ValueError("a traced or branched run is greedy: temperature must be 0")
     if force_program is not None:
         check_forced(force_program, source)
     grammar = grammar if grammar is not None else Grammar.for_model(loaded)
@@ -313,6 +338,7 @@ def decode_program(
         guard=LoopGuard() if forced is None else None,
         drafting=Drafting(hybrid, next_token, take_token, jump_forward, tags=tag_drafts),
         copy_rest=copy_rest and force_program is None, avoid_noops=avoid_noops and force_program is None,
+        decisions=tuple(decisions), choices=[] if (trace or decisions) and force_program is None else None,
     )
     return _decode(run, list(prompt_ids))
 
@@ -386,5 +412,5 @@ def finish(run: DecodeRun, *, prompt_tokens: int, prefill_seconds: float) -> Dec
     return DecodeResult(
         strategy="cad", mode="reference" if run.forced is not None else "model", output=output,
         program=run.program.decode("utf-8", "replace"), partial=stop_reason in ("max_tokens", "cancel", "loop"),
-        stop_reason=stop_reason or "error", error=error, metrics=metrics,
+        stop_reason=stop_reason or "error", error=error, metrics=metrics, choices=tuple(run.choices or ()),
     )

@@ -26,7 +26,7 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +37,7 @@ from backend.runtime.events import DecodeEvent, DecodeResult
 from backend.runtime.grammar import Grammar
 from backend.runtime.handle import ModelHandle, PromptReuse
 from backend.runtime.prompt import plain_prompt_ids, program_prompt_ids, prompt_style, reference_program
+from backend.runtime.search import search_events
 from backend.runtime.request import STRATEGIES, EditError, EditLimits, EditRequest, check_request
 
 __all__ = ["STRATEGIES", "EditEngine", "EditError", "EditLimits", "EditRequest", "PreparedEdit"]
@@ -56,14 +57,19 @@ class EditEngine:
     """Runs edits on one loaded model. Thread-safe: runs are serialised by one lock."""
 
     def __init__(self, loaded: ModelHandle, *, limits: EditLimits = EditLimits(), reuse_prompt: bool = False,
-                 copy_rest: bool = True, avoid_noops: bool = False) -> None:
+                 copy_rest: bool = True, avoid_noops: bool = False, search_branches: int = 0) -> None:
         """`reuse_prompt`: each run starts from the cache the last one left and reads only the part of
         its prompt that differs (`handle.PromptReuse`; for the interactive app). Off by default: a
         measurement wants every prompt read cold. `copy_rest`: a model-written program that ends
         early after a copy gets the rest of the input copied (backend/runtime/early_end.py).
         `avoid_noops`: a model-written program may not hold a no-op item (a gen opening with the
         line a copy would give, a copy starting right after the copy before it;
-        backend/runtime/noop_guard.py; off by default: measured, it gains no exact edit)."""
+        backend/runtime/noop_guard.py; off by default: measured, it gains no exact edit).
+        `search_branches` (model mode, greedy): that many branches of the greedy program at its least
+        certain choices are decoded too and the most probable finished program kept
+        (backend/runtime/search.py); it costs about `search_branches + 1` decodes."""
+        if search_branches < 0:
+            raise ValueError("search_branches must be >= 0")
         if loaded.tokenizer is None:
             raise EditError(f"model {loaded.name} has no tokenizer: it can time kernels only")
         self.loaded = loaded
@@ -71,6 +77,7 @@ class EditEngine:
         self.limits = limits
         self.copy_rest = copy_rest
         self.avoid_noops = avoid_noops
+        self.search_branches = search_branches
         self.lock = threading.Lock()
         self._step_seconds: float | None = None
         self._text_tokenizer: Any = None
@@ -183,11 +190,19 @@ class EditEngine:
                                         max_ngram_size=request.lookup[0], num_pred_tokens=request.lookup[1])
         temperature, top_p, seed = request.temperature, request.top_p, request.seed
         if request.strategy == "cad":
-            return decode_program(
-                loaded, source, instruction, max_new_tokens=request.max_new_tokens, temperature=temperature,
-                top_p=top_p, seed=seed, cancel=cancel, grammar=self.grammar, prompt_ids=prepared.prompt_ids,
-                copy_rest=self.copy_rest, avoid_noops=self.avoid_noops,
-            )
+            searching = bool(self.search_branches) and temperature == 0
+            # a search's runs share one prompt: each branch keeps the prompt the run before left in the cache
+            handle = PromptReuse(loaded) if searching and not isinstance(loaded, PromptReuse) else loaded
+
+            def decode(decisions: Sequence[int] = (), trace: bool = False) -> Iterator[DecodeEvent]:
+                return decode_program(
+                    handle, source, instruction, max_new_tokens=request.max_new_tokens, temperature=temperature,
+                    top_p=top_p, seed=seed, cancel=cancel, grammar=self.grammar, prompt_ids=prepared.prompt_ids,
+                    copy_rest=self.copy_rest, avoid_noops=self.avoid_noops, trace=trace, decisions=decisions,
+                )
+            if searching:
+                return search_events(lambda decisions: decode(decisions, trace=True), self.search_branches)
+            return decode()
         if request.strategy == "ar":
             return decode_plain(loaded, list(prepared.prompt_ids), max_new_tokens=request.max_new_tokens,
                                 temperature=temperature, top_p=top_p, seed=seed, cancel=cancel)

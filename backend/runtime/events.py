@@ -52,6 +52,9 @@ class DecodeMetrics:
     requests: int | None = None               # completion requests to a server (remote engines only)
     first_chunk_seconds: float | None = None  # median seconds from a request to its first chunk (remote)
     server_completion_tokens: int | None = None  # the server's own count of generated tokens (remote)
+    search_candidates: int | None = None      # likelihood search: programs decoded (search.py)
+    search_seconds: float | None = None       # their decode + prefill seconds, all of them
+    search_branch: int | None = None          # the winner's branch point (None: the greedy program)
 
     @staticmethod
     def step_timing(step_seconds: Sequence[float]) -> dict[str, Any]:
@@ -84,3 +87,4 @@ class DecodeResult:
     stop_reason: str     # one of STOP_REASONS: "eos" | "max_tokens" | "cancel" | "complete" | "error" | "loop"
     error: str | None    # e.g. invalid program at stop (partial) — never raised mid-stream
     metrics: DecodeMetrics
+    choices: tuple[Any, ...] = ()  # model mode with search: every decision (decode_run.Choice)

@@ -124,6 +124,21 @@ class Grammar:
             logits.index_fill_(0, ids, float("-inf"))
             return sample_token(logits, temperature, top_p, generator)
 
+    def log_probs(self, logits: torch.Tensor, state: FSMState) -> torch.Tensor | None:
+        """Log-probabilities [V] (float32) of the next token under `state`'s mask: the softmax over
+        the allowed tokens, -inf elsewhere; None if the state allows nothing. `logits` is not changed."""
+        small, ids = self._index(state)
+        with torch.inference_mode():
+            if small:
+                if ids.numel() == 0:
+                    return None
+                masked = torch.full(logits.shape, float("-inf"), dtype=torch.float32, device=logits.device)
+                masked[ids] = logits.index_select(0, ids).float()
+            else:
+                masked = logits.float().clone()
+                masked.index_fill_(0, ids, float("-inf"))
+            return torch.log_softmax(masked, dim=0)
+
     def accepts(self, state: FSMState, token_id: int) -> bool:
         """Whether the decoder may choose `token_id` from `state` (see `allowed_ids`)."""
         try:

@@ -86,12 +86,13 @@ def open_engine(
     reuse_prompt: bool = False,
     copy_rest: bool = True,
     avoid_noops: bool = False,
+    search_branches: int = 0,
 ) -> Any:
     """An EditEngine: on a remote server when `engine_url` is given (then `engine_kind` is needed
     and `runtime` is ignored), else on `load_runtime(model, runtime)`. `limits`: an EditLimits
     (default: the engine's). `reuse_prompt`, `copy_rest`: see `EditEngine` (a server keeps its own
     prompt cache; a remote engine copies the rest on the client, after the server's end).
-    `avoid_noops`: see `EditEngine`; in process only (a server chooses its own tokens)."""
+    `avoid_noops`, `search_branches`: see `EditEngine`; in process only (a server chooses its own tokens)."""
     from backend.runtime.request import EditLimits
 
     limits = limits or EditLimits()
@@ -103,8 +104,10 @@ def open_engine(
             raise ValueError("--engine-url needs --engine-kind (vllm, sglang or llamacpp)")
         if avoid_noops:
             raise ValueError("--refuse-noops works in process only: a server chooses its own tokens")
+        if search_branches:
+            raise ValueError("--search works in process only: it needs the model's log-probabilities at every step")
         return RemoteEditEngine(CompletionsClient(engine_url, engine_kind), model=model, limits=limits, copy_rest=copy_rest)
     from backend.runtime.engine import EditEngine
 
     return EditEngine(load_runtime(model, runtime, threads=threads), limits=limits, reuse_prompt=reuse_prompt,
-                      copy_rest=copy_rest, avoid_noops=avoid_noops)
+                      copy_rest=copy_rest, avoid_noops=avoid_noops, search_branches=search_branches)

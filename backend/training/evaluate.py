@@ -144,6 +144,7 @@ class Evaluation:
                 row["error"] = result.error
                 row["copied_rest"] = getattr(result.metrics, "copied_rest", None)  # early_end.py
                 row["noop_refused"] = getattr(result.metrics, "noop_refused", 0)  # noop_guard.py
+                add_search(row, result)
         return row
 
     def _budget(self, strategy: str, case: EditCase) -> int:
@@ -151,6 +152,17 @@ class Evaluation:
             return self.max_new_tokens
         # plain decoding writes the whole file: give it room for the target and some slack
         return max(self.max_new_tokens, int(len(self.engine.encode(case.target)) * 1.3) + 16)
+
+
+def add_search(row: dict[str, Any], result: Any) -> None:
+    """A searched run (backend/runtime/search.py): its candidates, the winner's branch and score, and
+    the time of every candidate in `seconds` (the winner's prompt prefill stays in prefill_seconds)."""
+    candidates = getattr(result.metrics, "search_candidates", None)
+    if not candidates:
+        return
+    row["search"] = {"candidates": candidates, "branch": result.metrics.search_branch,
+                     "log_prob": sum(choice.log_prob for choice in result.choices)}
+    row["cad"]["seconds"] = result.metrics.search_seconds - result.metrics.prefill_seconds
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
