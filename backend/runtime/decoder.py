@@ -33,9 +33,7 @@ Reference mode (`force_program`): the program text is forced token by token (its
 tokenisation, item by item), except jump-forward segments and copies, which go through one forward
 each exactly as in model mode: the mechanism's cost with perfect spans.
 
-Model mode stops a looping program early (`loop_guard.LoopGuard`: the same block of items five
-times in a row, or an open gen whose last 320 characters repeat one chunk) with stop_reason
-"loop", partial, and a plain message in `error`.
+Model mode stops a looping program early (`loop_guard.LoopGuard`) with stop_reason "loop", partial.
 
 Counting, as the baselines count: `forwards` and `elapsed` start after the prompt prefill (its time
 is `prefill_seconds`); a reference replay ends with the forward after the last program token (the
@@ -55,7 +53,7 @@ import torch
 from backend.core.lines import line_count
 from backend.core.program import CopyLines, Gen, Op
 from backend.core.resolve import resolve_program
-from backend.runtime.decode_run import Choice, DecodeRun
+from backend.runtime.decode_run import DecodeRun
 from backend.runtime.events import DecodeEvent, DecodeMetrics, DecodeResult
 from backend.runtime.grammar import Grammar
 from backend.runtime.handle import ModelHandle, prefill_prompt
@@ -67,6 +65,7 @@ from backend.runtime.program_text import ForcedProgram, ProgramStream, check_for
 from backend.runtime.prompt_lookup import PromptLookupSetting
 from backend.runtime.prompt import program_prompt_ids, prompt_style
 from backend.runtime.sampling import make_generator
+from backend.runtime.search import traced_choice
 
 # Re-exported: the decoder's text helpers live in program_text, the mask tensors in grammar.
 __all__ = ["Grammar", "ProgramStream", "decode_program", "encode_text"]
@@ -79,9 +78,7 @@ JOIN_WINDOW_TOKENS = 2
 _WHERE = {"tag": "inside a tag", "first": "inside a copy tag", "last": "inside a copy tag", "gen": "inside a gen"}
 
 
-# --------------------------------------------------------------------------------------------
-# The steps
-# --------------------------------------------------------------------------------------------
+# The steps ------------------------------------------------------------------------------
 
 
 def should_stop(run: DecodeRun) -> bool:
@@ -128,22 +125,6 @@ def next_token(run: DecodeRun, logits: torch.Tensor) -> int | None:
     elif token == run.grammar.eos_id:
         run.stop("eos")
         return None
-    return token
-
-
-def traced_choice(run: DecodeRun, logits: torch.Tensor) -> int | None:
-    """Search (search.py): the next of `run.decisions` while any are left, else the greedy choice;
-    either way recorded in `run.choices` with its log-probability and the runner-up's."""
-    assert run.choices is not None
-    log_probs = run.grammar.log_probs(logits, run.state)
-    if log_probs is None:
-        return None
-    index = len(run.choices)
-    best = torch.topk(log_probs, 2)
-    ranked = [(int(t), float(v)) for t, v in zip(best.indices, best.values) if v > float("-inf")]
-    token = run.decisions[index] if index < len(run.decisions) else ranked[0][0]
-    runner_up = next(((t, v) for t, v in ranked if t != token), (None, float("-inf")))
-    run.choices.append(Choice(token, float(log_probs[token]), *runner_up))
     return token
 
 
@@ -269,9 +250,7 @@ def program_events(run: DecodeRun, data: bytes, kind: str, tokens: int) -> list[
     return out
 
 
-# --------------------------------------------------------------------------------------------
-# The decoder
-# --------------------------------------------------------------------------------------------
+# The decoder ----------------------------------------------------------------------------
 
 
 def decode_program(
@@ -301,10 +280,8 @@ def decode_program(
     `tag_drafts`: the next item's predicted opening (`<gen>` after a copy, `\n<copy lines="I-` after
     a gen) is checked in the forward that enters the copy or the gen's close (hybrid.py); False
     decodes every chosen tag token in its own step (to measure what the drafts save).
-    `prompt_ids`: the program prompt already tokenised (default: `program_prompt_ids` in the
-    model's prompt style).
-    `copy_rest`, `avoid_noops` (model mode): an early end after a copy copies the rest
-    (early_end.py); no-op items are refused (noop_guard.py).
+    `prompt_ids`: the program prompt already tokenised (default: `program_prompt_ids`, model's style).
+    `copy_rest` / `avoid_noops` (model mode): early_end.py / noop_guard.py.
     `trace` (model mode, greedy): every choice is recorded with its log-probability and the
     runner-up's (`DecodeResult.choices`); `decisions`: the first choices are these tokens, then
     greedy (search.py branches a run this way; the no-op rule is off in a traced run).
@@ -317,12 +294,7 @@ def decode_program(
     bad temperature or top_p, a forced program that is malformed, holds CopyTokens or empty gens,
     or does not fit the source; a model without a tokenizer.
     """
-    if max_new_tokens is not None and max_new_tokens <= 0:
-        raise ValueError("max_new_tokens must be positive")
-    if temperature < 0 or not 0.0 < top_p <= 1.0:
-        raise ValueError(f"bad sampling settings: temperature={temperature}, top_p={top_p}")
-    if (trace or decisions) and temperature > 0:
-        raise ValueError("a traced or branched run is greedy: temperature must be 0")
+    check_settings(max_new_tokens, temperature, top_p, traced=trace or bool(decisions))
     if force_program is not None:
         check_forced(force_program, source)
     grammar = grammar if grammar is not None else Grammar.for_model(loaded)
@@ -341,6 +313,16 @@ def decode_program(
         decisions=tuple(decisions), choices=[] if (trace or decisions) and force_program is None else None,
     )
     return _decode(run, list(prompt_ids))
+
+
+def check_settings(max_new_tokens: int | None, temperature: float, top_p: float, *, traced: bool) -> None:
+    """ValueError for settings no decode can run with (before any decoding)."""
+    if max_new_tokens is not None and max_new_tokens <= 0:
+        raise ValueError("max_new_tokens must be positive")
+    if temperature < 0 or not 0.0 < top_p <= 1.0:
+        raise ValueError(f"bad sampling settings: temperature={temperature}, top_p={top_p}")
+    if traced and temperature > 0:
+        raise ValueError("a traced or branched run is greedy: temperature must be 0")
 
 
 def _decode(run: DecodeRun, prompt: list[int]) -> Iterator[DecodeEvent]:

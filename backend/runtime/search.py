@@ -27,6 +27,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
+import torch
+
+from backend.runtime.decode_run import Choice, DecodeRun
 from backend.runtime.events import DecodeEvent, DecodeResult
 
 FINISHED = ("eos",)
@@ -87,3 +90,19 @@ def run_candidate(decode: Callable[[Sequence[int]], Iterator[DecodeEvent]], deci
     result = events[-1].result
     assert result is not None, "a decode ends with its done event"
     return Candidate(events, result, branch)
+
+
+def traced_choice(run: DecodeRun, logits: torch.Tensor) -> int | None:
+    """Search (search.py): the next of `run.decisions` while any are left, else the greedy choice;
+    either way recorded in `run.choices` with its log-probability and the runner-up's."""
+    assert run.choices is not None
+    log_probs = run.grammar.log_probs(logits, run.state)
+    if log_probs is None:
+        return None
+    index = len(run.choices)
+    best = torch.topk(log_probs, 2)
+    ranked = [(int(t), float(v)) for t, v in zip(best.indices, best.values) if v > float("-inf")]
+    token = run.decisions[index] if index < len(run.decisions) else ranked[0][0]
+    runner_up = next(((t, v) for t, v in ranked if t != token), (None, float("-inf")))
+    run.choices.append(Choice(token, float(log_probs[token]), *runner_up))
+    return token
