@@ -93,8 +93,8 @@ def run_candidate(decode: Callable[[Sequence[int]], Iterator[DecodeEvent]], deci
 
 
 def traced_choice(run: DecodeRun, logits: torch.Tensor) -> int | None:
-    """Search (search.py): the next of `run.decisions` while any are left, else the greedy choice;
-    either way recorded in `run.choices` with its log-probability and the runner-up's."""
+    """The decoder's choice in a traced run: the next of `run.decisions` while any are left, else the
+    greedy one; either way recorded in `run.choices` with its log-probability and the runner-up's."""
     assert run.choices is not None
     log_probs = run.grammar.log_probs(logits, run.state)
     if log_probs is None:
