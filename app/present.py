@@ -141,10 +141,12 @@ def _head(snapshot: Snapshot, mode: str, max_new_tokens: int | None, run_seconds
         if stop == "time_limit" and run_seconds:
             why += f" ({run_seconds:g} s)"
         detail = snapshot.error or (result.error if result is not None else None)
-        return f"FAILED: {why}" + (f": {detail}" if detail else "") + f" · after {timing} · what it produced is kept, marked partial"
+        return (f"FAILED: {why}" + (f": {detail}" if detail else "") + f" · after {timing} · what it produced is kept, "
+                f"marked partial{aligner_text(snapshot.metrics)}")
     if is_unchanged(snapshot, mode, source):
         return (f"NO CHANGE: the model's program copies the input unchanged, so the instruction was not "
-                f"carried out · after {timing} · try rewording the instruction or name the line")
+                f"carried out · after {timing} · try rewording the instruction or name the line"
+                f"{aligner_text(snapshot.metrics)}")
     if stop == "max_tokens":
         limit = f" ({max_new_tokens})" if max_new_tokens else ""
         return f"stopped at the max new tokens limit{limit} after {timing} — partial result"
@@ -155,7 +157,20 @@ def _head(snapshot: Snapshot, mode: str, max_new_tokens: int | None, run_seconds
     rest = snapshot.metrics.get("copied_rest")
     if rest:  # backend/runtime/early_end.py: the program ended before the input did
         head += f"; the model's program ended early, so input lines {rest} were copied unchanged"
+    head += aligner_text(snapshot.metrics)
     return head + (f"; note: {result.error}" if result is not None and result.error else "")
+
+
+def aligner_text(metrics: dict[str, Any]) -> str:
+    """Who wrote a model-mode edit when the instruction carried an update snippet
+    (backend/core/snippet_apply.py), in plain words; "" otherwise."""
+    if metrics.get("written_by") == "snippet aligner":
+        return ("; written by the snippet aligner, not the model: the update snippet was placed by its "
+                "unchanged lines and merged, then replayed (copies as prefills)")
+    declined = metrics.get("aligner_declined")
+    if declined:
+        return f"; the snippet aligner left this edit to the model: {declined}"
+    return ""
 
 
 def finish_text(snapshot: Snapshot, *, mode: str = "reference", max_new_tokens: int | None = None,

@@ -56,3 +56,21 @@ def test_the_default_model_edits_by_itself_and_the_row_is_stored(default_app):
     row = connection.execute("select output, strategy, model, mode, partial from edits where id = ?", (edit_id,)).fetchone()
     connection.close()
     assert row == (case["target"], "cad", model, "model", 0)
+
+
+def test_an_update_snippet_is_merged_by_the_aligner_and_the_status_says_so(default_app):
+    """Fast-apply through the app: the snippet aligner places the snippet (backend/core/snippet_apply.py),
+    the merge is replayed with copies as prefills, and the status says the model did not write it."""
+    server, model = default_app
+    cases = [json.loads(line) for line in SUBSET.read_text().splitlines()]
+    case = next(c for c in cases if c["kind"] == "snippet")
+    final = Client(server.url, verbose=False).predict(model, case["source"], case["instruction"], "model", "", 64,
+                                                      api_name="/edit")
+    program, output, status = final[1], final[2], final[-1]
+    assert output == case["target"], program
+    assert "written by the snippet aligner, not the model" in status and "saved as edit #" in status, status
+    edit_id = int(status.split("saved as edit #", 1)[1].split()[0])
+    connection = sqlite3.connect(server.db_path)
+    metrics = json.loads(connection.execute("select metrics from edits where id = ?", (edit_id,)).fetchone()[0])
+    connection.close()
+    assert metrics["written_by"] == "snippet aligner"

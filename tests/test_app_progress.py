@@ -91,6 +91,24 @@ def test_finish_text__says_when_the_decoder_copied_the_rest_of_the_input():
         finish_text(snapshot, mode="model"))
 
 
+def test_finish_text__says_who_wrote_a_snippet_edit():
+    snapshot = _done("eos")
+    assert "aligner" not in finish_text(snapshot, mode="model")
+    snapshot.metrics["written_by"] = "snippet aligner"  # backend/core/snippet_apply.py
+    assert "written by the snippet aligner, not the model" in finish_text(snapshot, mode="model")
+    del snapshot.metrics["written_by"]
+    snapshot.metrics["aligner_declined"] = "part 1 of the snippet matches more than one place"
+    assert "the snippet aligner left this edit to the model: part 1 of the snippet matches more than one place" in (
+        finish_text(snapshot, mode="model"))
+    assert "left this edit to the model" in finish_text(_with(snapshot, "loop"), mode="model")
+
+
+def _with(snapshot: Snapshot, stop: str) -> Snapshot:
+    failed = _done(stop)
+    failed.metrics.update(snapshot.metrics)
+    return failed
+
+
 def test_finish_text__a_model_run_that_changed_nothing_says_so_and_claims_no_speed_up():
     snapshot = _done("eos")  # its output is "x\n"
     assert is_unchanged(snapshot, "model", "x\n") and not is_unchanged(snapshot, "model", "y\n")

@@ -190,3 +190,18 @@ def test_bad_corpus_file_exits_2_naming_the_line(tmp_path):
     path = tmp_path / "broken.jsonl"
     path.write_bytes(b'{"id": "a", "source": "", "target": ""}\n{"id": "b"\n')
     assert_usage_error(run("roundtrip", str(path), check_rc=None), "broken.jsonl:2")
+
+
+def test_apply_snippet_counts_merges_and_refusals():
+    fixture = "tests/fixtures/cad-dev-subset.jsonl"
+    doc = last_json(run("apply-snippet", fixture))["corpora"][fixture]
+    assert doc["cases"] == 14 and doc["snippets"] == 2 and doc["exact"] == 2 and doc["wrong"] == 0
+    # every case's own edit as an update snippet (2 context lines): the real HumanEvalFix-JS fixes
+    doc = last_json(run("apply-snippet", "humanevalpack-js", "--limit", "30", "--from-diff", "2"))["corpora"]["humanevalpack-js"]
+    assert doc["snippets"] > 10 and doc["exact"] + doc["wrong"] + doc["refused"] == doc["snippets"]
+    assert doc["exact"] >= 0.8 * doc["snippets"] and doc["wrong"] <= 1
+    assert sum(doc["refusals"].values()) == doc["refused"]
+
+
+def test_apply_snippet_bad_usage():
+    assert_usage_error(run("apply-snippet", "no-such-corpus", check_rc=None), "no-such-corpus")

@@ -174,3 +174,36 @@ def test_engine_refuses_a_model_without_tokenizer(tiny_model):
 
     with pytest.raises(EditError, match="no tokenizer"):
         EditEngine(dataclasses.replace(tiny_model, tokenizer=None))
+
+
+SNIPPET_SOURCE = "".join(f"def step_{i}(x):\n    return x + {i}\n\n\n" for i in range(12))
+SNIPPET = ("Apply this update:\n```python\n# ... existing code ...\ndef step_7(x):\n    return x * 7\n\n\n"
+           "def step_8(x):\n# ... existing code ...\n```")
+
+
+@pytest.mark.parametrize("strategy", ["cad", "ar", "pld"])
+def test_model_mode_merges_an_update_snippet_with_the_aligner(engine, strategy):
+    """The aligner's merge is replayed by the model with every strategy; the result says who wrote it."""
+    expected = SNIPPET_SOURCE.replace("return x + 7\n", "return x * 7\n")
+    events, result = events_and_result(engine, SNIPPET_SOURCE, SNIPPET, strategy=strategy, mode="model",
+                                       max_new_tokens=8)
+    assert result.output == expected and result.mode == "model"
+    assert result.metrics.written_by == "snippet aligner" and result.metrics.aligner_declined is None
+    assert "".join(e.text for e in events if e.kind in ("copy", "gen", "draft")) == expected
+    if strategy == "cad":  # the long unchanged runs entered the cache as copies
+        assert sum(e.tokens for e in events if e.kind == "copy") > 0.8 * len(engine.encode(expected))
+
+
+def test_a_snippet_the_aligner_cannot_place_goes_to_the_model_with_the_reason(engine):
+    ambiguous = "Apply this update:\n```python\n# ... existing code ...\n    return x + 1\n    # checked\n# ... existing code ...\n```"
+    source = "def a(x):\n    return x + 1\n\n\ndef b(x):\n    return x + 1\n"
+    result = engine.run_to_result(source, ambiguous, strategy="cad", mode="model", max_new_tokens=8)
+    assert result.metrics.written_by is None
+    assert "more than one place" in result.metrics.aligner_declined
+
+
+def test_the_aligner_can_be_turned_off(tiny_model):
+    result = EditEngine(tiny_model, align_snippets=False).run_to_result(
+        SNIPPET_SOURCE, SNIPPET, strategy="cad", mode="model", max_new_tokens=8)
+    assert result.metrics.written_by is None and result.metrics.aligner_declined is None
+    assert result.stop_reason in ("eos", "max_tokens", "loop")

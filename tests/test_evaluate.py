@@ -65,10 +65,20 @@ def test_summarize__rates_per_kind_and_speed_as_ratio_of_sums():
     rows = [_row("rename", "exact", 1.0, 4.0), _row("rename", "wrong_range", 1.0, 2.0), _row("literal", "exact", 2.0)]
     summary = summarize(rows)
     assert summary["cases"] == 3 and summary["exact_match"] == pytest.approx(2 / 3)
-    assert summary["per_kind"]["rename"] == {"cases": 2, "exact_match": 0.5, "finished_valid": 1.0}
+    assert summary["per_kind"]["rename"] == {"cases": 2, "exact_match": 0.5, "finished_valid": 1.0,
+                                             "written_by_aligner": 0}
     assert summary["failures"] == {"wrong_range": 1}
     speed = summary["speed"]
     assert speed["cases"] == 2 and speed["cad_vs_ar"] == pytest.approx(6.0 / 2.0)  # summed, not a median of ratios
+
+
+def test_summarize__counts_the_edits_the_snippet_aligner_wrote():
+    rows = [_row("snippet", "exact", 1.0), _row("snippet", "wrong_range", 1.0), _row("snippet", "exact", 1.0)]
+    rows[0]["written_by"] = rows[1]["written_by"] = "snippet aligner"
+    rows[2]["aligner_declined"] = "part 1 of the snippet matches more than one place"
+    summary = summarize(rows)
+    assert (summary["written_by_aligner"], summary["aligner_exact"], summary["aligner_declined"]) == (2, 1, 1)
+    assert summary["per_kind"]["snippet"]["written_by_aligner"] == 2
 
 
 def test_pooled_speed__no_common_cases():

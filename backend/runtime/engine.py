@@ -15,6 +15,10 @@ Modes:
   "cost" objective, tokenised by this model's tokenizer, forced through the model; ar / pld: the
   target's tokens forced through plain / prompt-lookup decoding. All three produce the target
   exactly: the mechanism's speed with perfect spans.
+- "model" with an update snippet (`... existing code ...` markers) that the aligner places with
+  certainty (backend/core/snippet_apply.py): the merged text is replayed like a reference, and the
+  result says `written_by = "snippet aligner"`; a snippet it will not place goes to the model, and
+  the result says why (`aligner_declined`). `align_snippets=False` leaves every edit to the model.
 
 A lock makes runs on one engine (one model) never overlap: a second `run` waits for the first to
 finish, so timings are not disturbed. The lock is held from the first event to the done event
@@ -27,10 +31,11 @@ import statistics
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from backend.core.oracle import oracle_program
+from backend.core.snippet_apply import SnippetRefused, apply_update_snippet, find_update_snippet
 from backend.runtime.baselines import decode_plain, decode_prompt_lookup, replay_plain, replay_prompt_lookup
 from backend.runtime.decoder import decode_program, encode_text
 from backend.runtime.events import DecodeEvent, DecodeResult
@@ -50,14 +55,17 @@ class PreparedEdit:
 
     request: EditRequest
     prompt_ids: tuple[int, ...]         # the strategy's prompt (program prompt for cad, plain for ar/pld)
-    target_ids: tuple[int, ...] | None  # reference mode: the target's tokens
+    target_ids: tuple[int, ...] | None  # reference mode, or an aligned snippet: the target's tokens
+    aligned_target: str | None = None   # model mode: the update snippet merged by the aligner
+    aligner_declined: str | None = None  # model mode: why the aligner left the instruction's snippet to the model
 
 
 class EditEngine:
     """Runs edits on one loaded model. Thread-safe: runs are serialised by one lock."""
 
     def __init__(self, loaded: ModelHandle, *, limits: EditLimits = EditLimits(), reuse_prompt: bool = False,
-                 copy_rest: bool = True, avoid_noops: bool = False, search_branches: int = 0) -> None:
+                 copy_rest: bool = True, avoid_noops: bool = False, search_branches: int = 0,
+                 align_snippets: bool = True) -> None:
         """`reuse_prompt`: each run starts from the cache the last one left and reads only the part of
         its prompt that differs (`handle.PromptReuse`; for the interactive app). Off by default: a
         measurement wants every prompt read cold. `copy_rest`: a model-written program that ends
@@ -67,7 +75,12 @@ class EditEngine:
         backend/runtime/noop_guard.py; off by default: measured, it gains no exact edit).
         `search_branches` (model mode, greedy): that many branches of the greedy program at its least
         certain choices are decoded too and the most probable finished program kept
-        (backend/runtime/search.py); it costs about `search_branches + 1` decodes."""
+        (backend/runtime/search.py); it costs about `search_branches + 1` decodes.
+        `align_snippets` (model mode): an instruction carrying an update snippet with
+        `... existing code ...` markers is merged by alignment (backend/core/snippet_apply.py) when
+        its place is certain, and that edit is replayed with the strategy (copies as prefills for
+        cad); otherwise, or when off, the model writes the program. The result says which
+        (`metrics.written_by`, `metrics.aligner_declined`)."""
         if search_branches < 0:
             raise ValueError("search_branches must be >= 0")
         if loaded.tokenizer is None:
@@ -78,6 +91,7 @@ class EditEngine:
         self.copy_rest = copy_rest
         self.avoid_noops = avoid_noops
         self.search_branches = search_branches
+        self.align_snippets = align_snippets
         self.lock = threading.Lock()
         self._step_seconds: float | None = None
         self._text_tokenizer: Any = None
@@ -136,7 +150,9 @@ class EditEngine:
             prompt = program_prompt_ids(tokenizer, request.source, request.instruction, style=prompt_style(self.loaded))
         else:
             prompt = plain_prompt_ids(tokenizer, request.source, request.instruction)
-        target = tuple(self.encode(request.target)) if request.target is not None else None
+        aligned, declined = self._align(request)
+        wanted = request.target if aligned is None else aligned
+        target = tuple(self.encode(wanted)) if wanted is not None else None
         if target is not None:
             output = len(target)
         elif request.strategy == "cad":  # the cache holds the program's tags and gens plus every copied line
@@ -149,7 +165,19 @@ class EditEngine:
                 f"but the context holds {self.context_length:,}; shorten the input"
                 + (" or lower max new tokens" if request.mode == "model" else "")
             )
-        return PreparedEdit(request, tuple(prompt), target)
+        return PreparedEdit(request, tuple(prompt), target, aligned, declined)
+
+    def _align(self, request: EditRequest) -> tuple[str | None, str | None]:
+        """(merged text, None) when the aligner places the instruction's update snippet;
+        (None, why) when the instruction has a snippet it will not place; (None, None) otherwise."""
+        if not (self.align_snippets and request.mode == "model" and request.instruction):
+            return None, None
+        if find_update_snippet(request.instruction) is None:
+            return None, None
+        try:
+            return apply_update_snippet(request.source, request.instruction), None
+        except SnippetRefused as refusal:
+            return None, str(refusal)
 
     # -- running ------------------------------------------------------------------------------
 
@@ -174,20 +202,39 @@ class EditEngine:
             yield from self._events(prepared, cancel)
 
     def _events(self, prepared: PreparedEdit, cancel: threading.Event | None) -> Iterator[DecodeEvent]:
+        if prepared.aligned_target is not None:
+            return _labelled(self._replay(prepared, prepared.aligned_target, cancel), written_by="snippet aligner")
+        if prepared.aligner_declined is not None:
+            return _labelled(self._decode(prepared, cancel), aligner_declined=prepared.aligner_declined)
+        return self._decode(prepared, cancel)
+
+    def _decode(self, prepared: PreparedEdit, cancel: threading.Event | None) -> Iterator[DecodeEvent]:
+        request = prepared.request
+        if request.mode == "reference":
+            assert request.target is not None
+            return self._replay(prepared, request.target, cancel)
+        return self._model_events(prepared, cancel)
+
+    def _replay(self, prepared: PreparedEdit, target: str, cancel: threading.Event | None) -> Iterator[DecodeEvent]:
+        """The strategy forced to produce `target` (reference replay: every token is fixed)."""
         loaded, request = self.decoding, prepared.request
         source, instruction = request.source, request.instruction
-        if request.mode == "reference":
-            assert request.target is not None and prepared.target_ids is not None
-            if request.strategy == "cad":
-                program = self.reference_program(source, request.target)
-                return decode_program(
-                    loaded, source, instruction, max_new_tokens=None, cancel=cancel, force_program=program,
-                    grammar=self.grammar, prompt_ids=prepared.prompt_ids,
-                )
-            if request.strategy == "ar":
-                return replay_plain(loaded, list(prepared.prompt_ids), list(prepared.target_ids), cancel=cancel)
-            return replay_prompt_lookup(loaded, list(prepared.prompt_ids), list(prepared.target_ids), cancel=cancel,
-                                        max_ngram_size=request.lookup[0], num_pred_tokens=request.lookup[1])
+        assert prepared.target_ids is not None
+        if request.strategy == "cad":
+            program = self.reference_program(source, target)
+            return decode_program(
+                loaded, source, instruction, max_new_tokens=None, cancel=cancel, force_program=program,
+                grammar=self.grammar, prompt_ids=prepared.prompt_ids,
+            )
+        if request.strategy == "ar":
+            return replay_plain(loaded, list(prepared.prompt_ids), list(prepared.target_ids), cancel=cancel)
+        return replay_prompt_lookup(loaded, list(prepared.prompt_ids), list(prepared.target_ids), cancel=cancel,
+                                    max_ngram_size=request.lookup[0], num_pred_tokens=request.lookup[1])
+
+    def _model_events(self, prepared: PreparedEdit, cancel: threading.Event | None) -> Iterator[DecodeEvent]:
+        """The model writes the edit: a program under the grammar (cad) or the whole text (ar, pld)."""
+        loaded, request = self.decoding, prepared.request
+        source, instruction = request.source, request.instruction
         temperature, top_p, seed = request.temperature, request.top_p, request.seed
         if request.strategy == "cad":
             searching = bool(self.search_branches) and temperature == 0
@@ -247,3 +294,12 @@ class EditEngine:
             if index >= warmup:
                 samples.append(time.perf_counter() - started)
         return statistics.median(samples)
+
+
+def _labelled(events: Iterator[DecodeEvent], **metrics: str) -> Iterator[DecodeEvent]:
+    """`events` with the done event's metrics marked (who wrote the edit, why the aligner declined)."""
+    for event in events:
+        if event.kind == "done" and event.result is not None:
+            result = replace(event.result, mode="model", metrics=replace(event.result.metrics, **metrics))
+            event = replace(event, result=result)
+        yield event

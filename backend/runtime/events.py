@@ -55,6 +55,8 @@ class DecodeMetrics:
     search_candidates: int | None = None      # likelihood search: programs decoded (search.py)
     search_seconds: float | None = None       # their decode + prefill seconds, all of them
     search_branch: int | None = None          # the winner's branch point (None: the greedy program)
+    written_by: str | None = None             # model mode: "snippet aligner" when backend/core/snippet_apply.py wrote the edit
+    aligner_declined: str | None = None       # model mode: why the aligner left a snippet to the model
 
     @staticmethod
     def step_timing(step_seconds: Sequence[float]) -> dict[str, Any]:

@@ -87,12 +87,14 @@ def open_engine(
     copy_rest: bool = True,
     avoid_noops: bool = False,
     search_branches: int = 0,
+    align_snippets: bool = True,
 ) -> Any:
     """An EditEngine: on a remote server when `engine_url` is given (then `engine_kind` is needed
     and `runtime` is ignored), else on `load_runtime(model, runtime)`. `limits`: an EditLimits
     (default: the engine's). `reuse_prompt`, `copy_rest`: see `EditEngine` (a server keeps its own
     prompt cache; a remote engine copies the rest on the client, after the server's end).
-    `avoid_noops`, `search_branches`: see `EditEngine`; in process only (a server chooses its own tokens)."""
+    `avoid_noops`, `search_branches`, `align_snippets`: see `EditEngine`; in process only (a server
+    chooses its own tokens and cannot be made to replay an aligned snippet)."""
     from backend.runtime.request import EditLimits
 
     limits = limits or EditLimits()
@@ -110,4 +112,5 @@ def open_engine(
     from backend.runtime.engine import EditEngine
 
     return EditEngine(load_runtime(model, runtime, threads=threads), limits=limits, reuse_prompt=reuse_prompt,
-                      copy_rest=copy_rest, avoid_noops=avoid_noops, search_branches=search_branches)
+                      copy_rest=copy_rest, avoid_noops=avoid_noops, search_branches=search_branches,
+                      align_snippets=align_snippets)

@@ -1,0 +1,425 @@
+"""Fast-apply by alignment: an update snippet merged into the input without a model.
+
+An instruction such as
+
+    Apply this update:
+    ```
+    # ... existing code ...
+    def area(self):
+        return self.width * self.height
+    # ... existing code ...
+    ```
+
+carries the changed region of the file; each `... existing code ...` marker stands for input
+lines kept as they are. Placing the region is a text-alignment problem, and a deterministic one
+when the snippet's context lines occur once in the input; the 135M model places it right in a
+few cases in a hundred (docs/results.md). So `apply_update_snippet` merges it by alignment, and
+says no (`SnippetRefused`, with the reason) whenever the placement is not certain; the caller then
+lets the model write the program as before. A refusal loses nothing; a wrong merge would lose
+lines silently, so every rule below errs toward refusing.
+
+The rules (the fast-apply convention of Cursor, Morph and Relace):
+- the snippet is the first fenced block (```) of the instruction with at least one marker line
+  (a comment opener then `...`: `# ...`, `// ... existing code ...`, `/* ... */`, `<!-- ... -->`);
+- markers split it into parts; each part replaces one region of the input, in order;
+- no marker before the first part: the region starts at the input's first line; no marker after
+  the last part: it runs to the input's last line;
+- a region is placed by its longest run of context lines (lines equal to input lines, trailing
+  spaces ignored) that holds a line with a letter or digit; that run must occur once in the rest of
+  the input, and nearby matching runs join it while the input lines they drop (more input lines
+  than snippet lines between two runs) add up to at most `MAX_SILENT_DROP` on each side;
+- unmatched snippet lines at a region's edge replace as many adjacent input lines as are near
+  copies of them (difflib ratio >= `REWRITE`), and are otherwise inserted there, unless the next
+  one only looks like the input line beside it (then it is refused: rewrite or insertion?);
+- also refused: a snippet line left outside its region that is an input line (context the
+  alignment could not reach: inserting it would duplicate it), a merge that inserts two consecutive
+  lines the input has elsewhere or drops two the snippet shows (moved code), a part with no matching
+  line that is not a plain rewrite of one input line, and a merge that changes nothing.
+
+Lines are compared without trailing spaces, so a change of trailing spaces alone is not seen (an
+LLM-written snippet often loses them; the input's are kept).
+
+Matched lines are taken from the input byte for byte (its line endings, its last line without a
+break); new lines get the input's line ending. Standard library only.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+
+from backend.core.lines import split_lines, strip_line_ending
+
+# A marker: a comment opener, optional space, then three dots or an ellipsis.
+MARKER = re.compile(r"^\s*(?:#|//|/\*|<!--|--|;|\*)\s*(?:\.\.\.|\u2026)")
+FENCE = re.compile(r"^```[^\n]*\n(.*?)^[ \t]*```[ \t]*$", re.S | re.M)
+# How many input lines, in all, a part may drop between its matched runs on each side of its anchor
+# (lines the snippet deletes without a marker) before further runs are treated as unrelated.
+MAX_SILENT_DROP = 3
+# How many input lines an unmarked edge (the file's start or end) may drop beyond what it replaces.
+MAX_EDGE_DROP = 3
+# A new line at a part's edge next to an input line at least REWRITE similar (difflib ratio) is its
+# rewrite; at least LOOKALIKE similar, or with the same indentation and first word, it might be a
+# rewrite or an insertion, and the part is refused.
+REWRITE = 0.8
+LOOKALIKE = 0.5
+# A part with no unchanged non-blank line is placed by the one input line it rewrites: at least
+# this similar, and this much more similar than any other input line.
+FUZZY_ANCHOR = 0.75
+FUZZY_MARGIN = 0.1
+FUZZY_LINES = 3  # only a part of at most this many non-blank lines is placed that way (and it stays fast)
+
+
+class SnippetRefused(ValueError):
+    """The snippet cannot be placed with certainty; the message says why."""
+
+
+@dataclass(frozen=True)
+class Part:
+    lines: tuple[str, ...]  # snippet lines, endings stripped
+    marker_before: bool
+    marker_after: bool
+
+
+def find_update_snippet(instruction: str) -> list[str] | None:
+    """The lines (endings stripped) of the first fenced block with a marker line, or None."""
+    for block in FENCE.finditer(instruction):
+        lines = [strip_line_ending(line) for line in split_lines(block.group(1))]
+        if any(MARKER.match(line) for line in lines):
+            return lines
+    return None
+
+
+def split_parts(lines: list[str]) -> list[Part]:
+    """The snippet's parts between markers (adjacent markers count as one)."""
+    parts: list[Part] = []
+    current: list[str] = []
+    marker_before = False
+    for line in lines:
+        if MARKER.match(line):
+            if current:
+                parts.append(Part(tuple(current), marker_before, True))
+                current = []
+            marker_before = True
+        else:
+            current.append(line)
+    if current:
+        parts.append(Part(tuple(current), marker_before, False))
+    # a part of blank lines only between two markers says nothing
+    return [part for part in parts if any(line.strip() for line in part.lines)]
+
+
+def _key(line: str) -> str:
+    return strip_line_ending(line).rstrip()
+
+
+def _distinctive(line: str) -> bool:
+    return any(ch.isalnum() for ch in line)
+
+
+def _occurrences(haystack: list[str], needle: list[str]) -> int:
+    size = len(needle)
+    return sum(1 for i in range(len(haystack) - size + 1) if haystack[i:i + size] == needle)
+
+
+@dataclass(frozen=True)
+class Placement:
+    start: int  # first input line the part replaces (0-based, inclusive)
+    end: int    # one past the last
+
+
+def place_part(keys: list[str], cursor: int, part: Part, part_number: int) -> Placement:
+    """Where `part` goes in the input (`keys`, normalised lines) at or after `cursor`."""
+    rest = keys[cursor:]
+    wanted = [line.rstrip() for line in part.lines]
+    matcher = difflib.SequenceMatcher(None, rest, wanted, autojunk=False)
+    anchors = [b for b in matcher.get_matching_blocks()
+               if b.size and any(_distinctive(line) for line in wanted[b.b:b.b + b.size])]
+    if anchors:
+        anchor = max(anchors, key=lambda b: b.size)
+        run = rest[anchor.a:anchor.a + anchor.size]
+        if _occurrences(rest, run) > 1:
+            raise SnippetRefused(
+                f"part {part_number} of the snippet matches more than one place (its context "
+                f"{run[0].strip()[:40]!r} occurs {_occurrences(rest, run)} times); add more context lines")
+    else:
+        anchor = _rewritten_line(rest, wanted, part_number)
+    anchor = difflib.Match(cursor + anchor.a, anchor.b, anchor.size)
+    lead = _extend(keys, wanted, anchor, cursor, leftward=True)
+    tail = _extend(keys, wanted, anchor, cursor, leftward=False)
+    start, end = lead.a, tail.a + tail.size
+    start -= _similar_run(list(reversed(keys[cursor:start])), list(reversed(wanted[:lead.b])))
+    end += _similar_run(keys[end:], wanted[tail.b + tail.size:])
+    _refuse_duplicates(keys, wanted, start, end, lead.b, tail.b + tail.size, part_number)
+    # the snippet's new lines left outside the region at each edge, next to an input line it keeps
+    new_before = lead.b - (lead.a - start)
+    new_after = tail.b + tail.size + (end - tail.a - tail.size)
+    if part.marker_before and start > cursor and new_before > 0:
+        _refuse_lookalike(keys[start - 1], wanted[new_before - 1], part_number)
+    if part.marker_after and end < len(keys) and new_after < len(wanted):
+        _refuse_lookalike(keys[end], wanted[new_after], part_number)
+    return _unmarked_edges(keys, cursor, part, Placement(start, end), part_number)
+
+
+def _unmarked_edges(keys: list[str], cursor: int, part: Part, placement: Placement, part_number: int) -> Placement:
+    """A part with no marker before it starts at `cursor`, one with none after it ends at the input's
+    end, so it replaces the lines up to there; refused when that would drop more than `MAX_EDGE_DROP`."""
+    start, end = placement.start, placement.end
+    if not part.marker_before:
+        dropped = start - cursor
+        if dropped > MAX_EDGE_DROP:
+            raise SnippetRefused(
+                f"part {part_number} of the snippet has no `... existing code ...` marker before it, "
+                f"which would delete {dropped} lines above it; add the marker or the lines")
+        start = cursor
+    if not part.marker_after:
+        dropped = len(keys) - end
+        if dropped > MAX_EDGE_DROP:
+            raise SnippetRefused(
+                f"part {part_number} of the snippet has no `... existing code ...` marker after it, "
+                f"which would delete the {dropped} lines below it; add the marker or the lines")
+        end = len(keys)
+    return Placement(start, end)
+
+
+def _rewritten_line(rest: list[str], wanted: list[str], part_number: int) -> difflib.Match:
+    """For a part whose every non-blank line is new: the one input line it plainly rewrites.
+
+    Only for a part of at most `FUZZY_LINES` such lines (a changed line or two between blank lines).
+    Each non-blank snippet line is compared with every input line; the best pair must be similar
+    (ratio >= `FUZZY_ANCHOR`) and clearly better than any other input line for it (by `FUZZY_MARGIN`),
+    or the part is refused. The pair is returned as a run of size 1 (it is replaced, not copied).
+    """
+    if sum(map(_distinctive, wanted)) > FUZZY_LINES:
+        raise SnippetRefused(
+            f"part {part_number} of the snippet has no line that matches the input; show at least one "
+            "unchanged line next to the change")
+    best: tuple[float, int, int] | None = None  # (ratio, input index, snippet index)
+    floor = FUZZY_ANCHOR - FUZZY_MARGIN  # a pair below this can be neither the best nor its rival
+    candidates = [(i, old.strip()) for i, old in enumerate(rest) if _distinctive(old)]
+    for j, line in enumerate(wanted):
+        if not _distinctive(line):
+            continue
+        matcher = difflib.SequenceMatcher(None, autojunk=False)
+        matcher.set_seq2(line.strip())  # the expensive index, built once per snippet line
+        scores = []
+        for i, old in candidates:
+            matcher.set_seq1(old)
+            # cheap upper bounds first: most input lines are ruled out without the full ratio
+            if matcher.real_quick_ratio() >= floor and matcher.quick_ratio() >= floor:
+                scores.append((matcher.ratio(), i))
+        scores.sort(reverse=True)
+        if not scores:
+            continue
+        top, runner_up = scores[0][0], (scores[1][0] if len(scores) > 1 else 0.0)
+        if top >= FUZZY_ANCHOR and top - runner_up >= FUZZY_MARGIN and (best is None or top > best[0]):
+            best = (top, scores[0][1], j)
+    if best is None:
+        raise SnippetRefused(
+            f"part {part_number} of the snippet has no line that matches the input, and none that plainly "
+            "rewrites one input line; add an unchanged line above or below the change")
+    return difflib.Match(best[1], best[2], 1)
+
+
+def _ratio(old: str, new: str) -> float:
+    return difflib.SequenceMatcher(None, old.strip(), new.strip(), autojunk=False).ratio()
+
+
+def _extend(keys: list[str], wanted: list[str], anchor: difflib.Match, cursor: int, *,
+            leftward: bool) -> difflib.Match:
+    """The outermost matched run on one side of the anchor that still belongs to its region.
+
+    Only a window next to the anchor is searched (the snippet lines on that side plus
+    `MAX_SILENT_DROP`), so a blank line or a brace far away never stretches the region.
+    """
+    if leftward:
+        # searched from the anchor outward (both reversed), so of equal runs the nearest wins
+        snippet = wanted[:anchor.b]
+        low = max(cursor, anchor.a - len(snippet) - MAX_SILENT_DROP)
+        window = keys[low:anchor.a]
+        found = difflib.SequenceMatcher(None, window[::-1], snippet[::-1], autojunk=False).get_matching_blocks()
+        blocks = [difflib.Match(anchor.a - m.a - m.size, anchor.b - m.b - m.size, m.size) for m in found if m.size]
+        blocks.sort()
+    else:
+        snippet = wanted[anchor.b + anchor.size:]
+        low = anchor.a + anchor.size
+        window = keys[low:low + len(snippet) + MAX_SILENT_DROP]
+        found = difflib.SequenceMatcher(None, window, snippet, autojunk=False).get_matching_blocks()
+        blocks = [difflib.Match(low + m.a, anchor.b + anchor.size + m.b, m.size) for m in found if m.size]
+    edge, dropped = anchor, 0
+    for block in (reversed(blocks) if leftward else blocks):
+        left, right = (block, edge) if leftward else (edge, block)
+        dropped += max(0, _dropped_between(left, right))
+        if dropped > MAX_SILENT_DROP:
+            break
+        edge = block
+    return edge
+
+
+def _refuse_lookalike(old: str, new: str, part_number: int) -> None:
+    """Refuse when a new line at a part's edge looks like the input line just beyond it (same
+    indentation, same first word) without being similar enough to count as its rewrite: whether it
+    replaces that line or goes beside it, the snippet does not say."""
+    if not (old.strip() and new.strip()):
+        return
+    indent = len(old) - len(old.lstrip()) == len(new) - len(new.lstrip())
+    if (indent and old.split()[0] == new.split()[0]) or _ratio(old, new) >= LOOKALIKE:
+        raise SnippetRefused(
+            f"part {part_number} of the snippet: does {new.strip()[:40]!r} replace {old.strip()[:40]!r} or go "
+            "beside it? show one more unchanged line on that side")
+
+
+def _refuse_duplicates(keys: list[str], wanted: list[str], start: int, end: int, first: int, stop: int,
+                       part_number: int) -> None:
+    """Refuse when a snippet line left outside the matched region (so it would be inserted) is a line
+    the input has: it is likely context the alignment could not reach, or the region is at the wrong
+    place, and a merge would duplicate it."""
+    known = set(keys)
+    for line in wanted[:first] + wanted[stop:]:
+        if _distinctive(line) and line in known:
+            raise SnippetRefused(
+                f"part {part_number} of the snippet: the line {line.strip()[:40]!r} is in the input but could "
+                "not be aligned with the rest of the part; add a `... existing code ...` marker where lines are kept")
+
+
+def _dropped_between(left: difflib.Match, right: difflib.Match) -> int:
+    """How many more input lines than snippet lines lie between two matched runs: lines the snippet
+    drops there without a marker (at most `MAX_SILENT_DROP` in all on each side of the anchor)."""
+    return (right.a - (left.a + left.size)) - (right.b - (left.b + left.size))
+
+
+def _similar_run(inputs: list[str], snippet: list[str]) -> int:
+    """How many leading pairs of (input line, snippet line) are similar enough to be a rewrite."""
+    count = 0
+    for old, new in zip(inputs, snippet):
+        if not old.strip() or _ratio(old, new) < REWRITE:
+            break
+        count += 1
+    return count
+
+
+def apply_update_snippet(source: str, instruction: str) -> str:
+    """The input with the instruction's update snippet merged in.
+
+    Rejects (SnippetRefused, the message says why): an instruction without a fenced snippet that
+    has a marker line; an empty input; a part with no line matching the input; a part whose context
+    matches more than one place; parts out of order; an unmarked edge that would delete more than
+    `MAX_EDGE_DROP` lines; a merge that changes nothing.
+    """
+    lines = find_update_snippet(instruction)
+    if lines is None:
+        raise SnippetRefused("the instruction has no fenced snippet with `... existing code ...` markers")
+    parts = split_parts(lines)
+    if not parts:
+        raise SnippetRefused("the snippet has only markers and blank lines")
+    source_lines = split_lines(source)
+    if not source_lines:
+        raise SnippetRefused("the input is empty")
+    keys = [_key(line) for line in source_lines]
+    ending = _dominant_ending(source_lines)
+    output: list[tuple[str, bool]] = []  # (line, taken from the input)
+    cursor = 0
+    for number, part in enumerate(parts, start=1):
+        placement = place_part(keys, cursor, part, number)
+        output.extend((line, True) for line in source_lines[cursor:placement.start])
+        output.extend(_part_lines(part, source_lines, keys, placement, number))
+        cursor = placement.end
+    output.extend((line, True) for line in source_lines[cursor:])
+    merged = _join(output, ending, final_break=_ends_with_break(source_lines[-1]))
+    if merged == source:
+        raise SnippetRefused("the snippet changes nothing: every line of it is already in the input")
+    return merged
+
+
+def _part_lines(part: Part, source_lines: list[str], keys: list[str], placement: Placement,
+                part_number: int) -> list[tuple[str, bool]]:
+    """The part's lines: a matched one taken from the input as it is, a new one without an ending."""
+    region = keys[placement.start:placement.end]
+    wanted = [line.rstrip() for line in part.lines]
+    opcodes = difflib.SequenceMatcher(None, region, wanted, autojunk=False).get_opcodes()
+    _refuse_moves(keys, placement, wanted, opcodes, part_number)
+    out: list[tuple[str, bool]] = []
+    for tag, i1, i2, j1, j2 in opcodes:
+        if tag == "equal":
+            out.extend((line, True) for line in source_lines[placement.start + i1:placement.start + i2])
+        elif tag in ("replace", "insert"):
+            out.extend((line, False) for line in part.lines[j1:j2])
+    return out
+
+
+def _refuse_moves(keys: list[str], placement: Placement, wanted: list[str],
+                  opcodes: list[tuple[str, int, int, int, int]], part_number: int) -> None:
+    """Refuse a merge that looks like moved code: it inserts two consecutive lines (with letters or
+    digits) that the input already has outside the region, or drops two that the snippet shows
+    elsewhere. Then the snippet's context probably sits at the code's old place, not its new one, and
+    a merge there would duplicate or delete a block."""
+    outside = keys[:placement.start] + [""] + keys[placement.end:]
+    input_pairs = set(_pairs(outside))
+    snippet_pairs = set(_pairs(wanted))
+    region = keys[placement.start:placement.end]
+    inserted = [pair for tag, _, _, j1, j2 in opcodes if tag in ("replace", "insert") for pair in _pairs(wanted[j1:j2])]
+    dropped = [pair for tag, i1, i2, _, _ in opcodes if tag in ("replace", "delete") for pair in _pairs(region[i1:i2])]
+    moved_in = next((pair for pair in inserted if pair in input_pairs), None)
+    if moved_in:
+        raise SnippetRefused(
+            f"part {part_number} of the snippet adds lines the input already has elsewhere "
+            f"({moved_in[0].strip()[:40]!r}); if code moved, show the old place too, with its context")
+    moved_out = next((pair for pair in dropped if pair in snippet_pairs), None)
+    if moved_out:
+        raise SnippetRefused(
+            f"part {part_number} of the snippet would drop lines it also shows "
+            f"({moved_out[0].strip()[:40]!r}); add more unchanged lines around the change")
+
+
+def _pairs(lines: list[str]) -> list[tuple[str, str]]:
+    """Consecutive pairs of lines that both have a letter or digit."""
+    return [(a, b) for a, b in zip(lines, lines[1:]) if _distinctive(a) and _distinctive(b)]
+
+
+def _join(lines: list[tuple[str, bool]], ending: str, *, final_break: bool) -> str:
+    """Every line but the last ends with a break; a new last line follows the input's convention."""
+    text: list[str] = []
+    for index, (line, from_input) in enumerate(lines):
+        last = index == len(lines) - 1
+        if not from_input:
+            line = line + ending if (not last or final_break) else line
+        elif not last and not _ends_with_break(line):
+            line += ending
+        text.append(line)
+    return "".join(text)
+
+
+def _ends_with_break(line: str) -> bool:
+    return line != strip_line_ending(line)
+
+
+def _dominant_ending(lines: list[str]) -> str:
+    counts: dict[str, int] = {}
+    for line in lines:
+        end = line[len(strip_line_ending(line)):]
+        if end:
+            counts[end] = counts.get(end, 0) + 1
+    return max(counts, key=lambda e: counts[e]) if counts else "\n"
+
+
+def snippet_from_diff(source: str, target: str, *, context: int = 2, marker: str = "#") -> str | None:
+    """The update snippet a careful writer would give for the edit source -> target: each changed
+    region of the target with `context` unchanged lines around it, a `{marker} ... existing code ...`
+    line wherever input lines are elided, in a fenced block. None when nothing changed. (What
+    `apply-snippet --from-diff` measures the aligner on: real edits' snippets, several parts each.)"""
+    old = [strip_line_ending(line) for line in split_lines(source)]
+    new = [strip_line_ending(line) for line in split_lines(target)]
+    groups = list(difflib.SequenceMatcher(None, old, new, autojunk=False).get_grouped_opcodes(context))
+    if not groups or all(tag == "equal" for group in groups for tag, *_ in group):
+        return None
+    elided = f"{marker} ... existing code ..."
+    body: list[str] = []
+    for index, group in enumerate(groups):
+        first_old, first_new = group[0][1], group[0][3]
+        if first_old > 0 and (index == 0 or True):
+            body.append(elided)
+        body.extend(new[first_new:group[-1][4]])
+    if groups[-1][-1][2] < len(old):
+        body.append(elided)
+    return "Apply this update:\n```\n" + "\n".join(body) + "\n```"
