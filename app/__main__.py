@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--runtime", choices=RUNTIME_CHOICES, default=DEFAULT_RUNTIME, help=f"in-process runtime, per model: {AUTO_HELP}")
     add("--engine-url", default=None, help="a vLLM / SGLang / llama.cpp server to decode on instead (http://host:port)")
     add("--engine-kind", choices=("vllm", "sglang", "llamacpp"), default=None, help="the server's kind, with --engine-url")
+    add("--no-align-snippets", action="store_true",
+        help="model mode: let the model write every edit (default: an update snippet with `... existing code ...` "
+             "markers that the snippet aligner places with certainty is merged by it, and the status says so)")
     add("--tuned-lookup", default=None, metavar="N/K",
         help="the tuned prompt-lookup setting the Compare tab runs beside the 2/10 defaults "
              "(default: the bench's fastest on held-out commit edits, see docs/results.md)")
@@ -137,6 +140,7 @@ def serve(args: argparse.Namespace, credentials: tuple[tuple[str, str], ...]) ->
                        data_dir=args.data_dir, update_interval_s=max(0.02, args.update_interval),
                        max_waiting=args.max_waiting, run_seconds=args.run_seconds,
                        runtime=args.runtime, engine_url=args.engine_url, engine_kind=args.engine_kind,
+                       align_snippets=not args.no_align_snippets,
                        **_tuned_lookup(args.tuned_lookup))
     service = AppService(config)
     print(f"database: {service.storage.location}", flush=True)  # the operator's log only, never the page

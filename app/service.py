@@ -49,6 +49,7 @@ class AppConfig:
     engine_url: str | None = None     # a vLLM / SGLang / llama.cpp server instead (docs/DEPLOY.md)
     engine_kind: str | None = None    # "vllm" | "sglang" | "llamacpp", with engine_url
     tuned_lookup: tuple[int, int] = TUNED_LOOKUP  # Compare's tuned prompt lookup
+    align_snippets: bool = True       # model mode: update snippets merged by backend/core/snippet_apply.py when certain
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,7 @@ class AppService:
         self.storage = storage or Storage(self.config.db_url)
         self.interrupted_at_start = self.storage.mark_interrupted()  # runs a dead server left "running"
         engine_options = {"runtime": self.config.runtime, "engine_url": self.config.engine_url,
-                          "engine_kind": self.config.engine_kind}
+                          "engine_kind": self.config.engine_kind, "align_snippets": self.config.align_snippets}
         self.models = ModelSlots(self.config.model, include_random=self.config.include_random, limits=self.limits,
                                  engine_options=engine_options)
         self.queue = RunQueue(self.config.max_waiting)

@@ -189,6 +189,18 @@ def test_of_equal_blank_lines_the_one_next_to_the_anchor_is_taken():
     assert apply_update_snippet(source, snippet(body)) == "x = 0\n\nflag = True\n\nrequired = 2\nother = 3\n"
 
 
+@pytest.mark.parametrize("line, marker", [
+    ("# ... existing code ...", True), ("    // ...", True), ("/* \u2026 */", True), ("<!-- ... -->", True),
+    ("// existing code", True), ("# Rest of the file unchanged", True), ("  // (unchanged code)", True),
+    ("# remaining code as before", True),
+    ("# a comment", False), ("x = [...]", False), ("print('...')", False), ("# the rest of it is tested below", False),
+])
+def test_marker__line__is_marker(line, marker):
+    from backend.core.snippet_apply import MARKER
+
+    assert bool(MARKER.match(line)) is marker
+
+
 def test_find_and_split():
     lines = find_update_snippet(snippet("# ... existing code ...\nx = 1\n# ... existing code ...\ny = 2\n"))
     assert lines == ["# ... existing code ...", "x = 1", "# ... existing code ...", "y = 2"]

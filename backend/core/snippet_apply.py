@@ -20,7 +20,8 @@ lines silently, so every rule below errs toward refusing.
 
 The rules (the fast-apply convention of Cursor, Morph and Relace):
 - the snippet is the first fenced block (```) of the instruction with at least one marker line
-  (a comment opener then `...`: `# ...`, `// ... existing code ...`, `/* ... */`, `<!-- ... -->`);
+  (a comment opener then `...`: `# ...`, `// ... existing code ...`, `/* ... */`, `<!-- ... -->`,
+  or then words for elided code: `// existing code`, `# rest of the file unchanged`);
 - markers split it into parts; each part replaces one region of the input, in order;
 - no marker before the first part: the region starts at the input's first line; no marker after
   the last part: it runs to the input's last line;
@@ -51,8 +52,12 @@ from dataclasses import dataclass
 
 from backend.core.lines import split_lines, strip_line_ending
 
-# A marker: a comment opener, optional space, then three dots or an ellipsis.
-MARKER = re.compile(r"^\s*(?:#|//|/\*|<!--|--|;|\*)\s*(?:\.\.\.|\u2026)")
+# A marker: a comment opener, then three dots or an ellipsis, or the words such tools use for the
+# elided code ("existing code", "rest of the file", "unchanged code", "remaining code").
+MARKER = re.compile(
+    r"^\s*(?:#|//|/\*|<!--|--|;|\*)\s*(?:\.\.\.|\u2026|"
+    r"(?:\(?\s*)(?:existing code|unchanged code|(?:the )?rest of (?:the )?(?:code|file|function|class|method)"
+    r"|remaining code)\b)", re.IGNORECASE)
 FENCE = re.compile(r"^```[^\n]*\n(.*?)^[ \t]*```[ \t]*$", re.S | re.M)
 # How many input lines, in all, a part may drop between its matched runs on each side of its anchor
 # (lines the snippet deletes without a marker) before further runs are treated as unrelated.
