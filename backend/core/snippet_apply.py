@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from backend.core.lines import split_lines, strip_line_ending
@@ -354,7 +355,7 @@ def _part_lines(part: Part, source_lines: list[str], keys: list[str], placement:
 
 
 def _refuse_moves(keys: list[str], placement: Placement, wanted: list[str],
-                  opcodes: list[tuple[str, int, int, int, int]], part_number: int) -> None:
+                  opcodes: Sequence[tuple[str, int, int, int, int]], part_number: int) -> None:
     """Refuse a merge that looks like moved code: it inserts two consecutive lines (with letters or
     digits) that the input already has outside the region, or drops two that the snippet shows
     elsewhere. Then the snippet's context probably sits at the code's old place, not its new one, and

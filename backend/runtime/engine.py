@@ -296,10 +296,12 @@ class EditEngine:
         return statistics.median(samples)
 
 
-def _labelled(events: Iterator[DecodeEvent], **metrics: str) -> Iterator[DecodeEvent]:
+def _labelled(events: Iterator[DecodeEvent], *, written_by: str | None = None,
+              aligner_declined: str | None = None) -> Iterator[DecodeEvent]:
     """`events` with the done event's metrics marked (who wrote the edit, why the aligner declined)."""
     for event in events:
         if event.kind == "done" and event.result is not None:
-            result = replace(event.result, mode="model", metrics=replace(event.result.metrics, **metrics))
+            metrics = replace(event.result.metrics, written_by=written_by, aligner_declined=aligner_declined)
+            result = replace(event.result, mode="model", metrics=metrics)
             event = replace(event, result=result)
         yield event
