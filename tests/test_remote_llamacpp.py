@@ -118,6 +118,24 @@ def test_unreachable_server__error_in_the_result_not_a_crash() -> None:
     assert result.stop_reason == "error" and "cannot reach the llamacpp server" in result.error
 
 
+@pytest.mark.parametrize("strategy", ["cad", "ar"])
+def test_an_aligned_snippet_needs_no_server(strategy: str) -> None:
+    """The snippet aligner's merge is streamed from its program: no request, so no server is needed
+    (the port below has none); a snippet it will not place goes to the server (and fails here)."""
+    engine = RemoteEditEngine(CompletionsClient(f"http://127.0.0.1:{_free_port()}", "llamacpp"), model="smollm2-135m")
+    source = "".join(f"def step_{i}(x):\n    return x + {i}\n\n\n" for i in range(8))
+    snippet = "Apply this update:\n```\n# ... existing code ...\ndef step_5(x):\n    return x * 5\n\n\ndef step_6(x):\n# ...\n```"
+    events = list(engine.run(source, snippet, strategy=strategy, max_new_tokens=8))
+    result = events[-1].result
+    assert result.output == source.replace("return x + 5\n", "return x * 5\n") and result.stop_reason == "eos"
+    assert result.metrics.written_by == "snippet aligner" and result.metrics.requests == 0
+    assert "".join(e.text for e in events[:-1]) == result.output
+    assert (result.program is not None) is (strategy == "cad")
+    ambiguous = "Apply:\n```\n# ...\n    return x + 1\n    # checked\n# ...\n```"
+    declined = engine.run_to_result(source + "def again(x):\n    return x + 1\n", ambiguous, strategy=strategy, max_new_tokens=8)
+    assert declined.stop_reason == "error" and "more than one place" in declined.metrics.aligner_declined
+
+
 def test_serve_command__adapter_entries_get_their_merged_gguf() -> None:
     from backend.cli.serve_command import server_command
 

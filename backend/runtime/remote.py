@@ -266,6 +266,28 @@ def _done(ops: list[Op], source: str, stop_reason: str | None, error: str | None
     return DecodeEvent("done", "", 0, run.requests + run.tokens, metrics.wall_seconds, result)
 
 
+def merged_events(ops: list[Op], source: str, counter: Callable[[str], int], *, strategy: str) -> Iterator[DecodeEvent]:
+    """An edit merged without the model (the snippet aligner's, as `ops`), streamed as the copy and
+    gen events of its program and a done event; no request goes to the server (it cannot be made to
+    replay a text, and nothing is left for it to decide). Forwards and requests are 0."""
+    run = _Run(counter=counter, started=time.perf_counter())
+    run.t0 = run.started
+    counts = {"copied": 0, "copies": 0, "retries": 0}
+    for op in ops:
+        if isinstance(op, CopyLines):
+            text = resolve_program([op], source)
+            counts["copied"] += counter(text)
+            counts["copies"] += 1
+            yield run.event("copy", text, counter(text))
+        elif isinstance(op, Gen):
+            yield run.event("gen", op.text, counter(op.text))
+    done = _done(ops, source, "eos", None, run, counts)
+    assert done.result is not None
+    if strategy != "cad":
+        done = replace(done, result=replace(done.result, strategy=strategy, program=None))
+    yield done
+
+
 def _metrics(run: _Run, **counts: Any) -> DecodeMetrics:
     """DecodeMetrics of a remote run: `forwards` = requests + program tokens (one prefill per
     request, one step per token); remote-only fields go in where DecodeMetrics has them."""

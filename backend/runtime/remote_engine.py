@@ -2,7 +2,8 @@
 lock) over a remote inference server, so the app and the commands take either engine.
 
 What differs from the in-process engine: strategies "cad" and "ar" only (prompt lookup is an
-engine-side setting there), mode "model" only (forcing a reference needs the logits), token counts
+engine-side setting there), mode "model" only (forcing a reference needs the logits; an update
+snippet the aligner merges is streamed from its program without a request), token counts
 by our tokenizer of the model's vocabulary (models.yaml `vocabulary`), and the context check uses
 that count of the rendered prompt.
 """
@@ -16,11 +17,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from backend.runtime.engine import EditEngine, EditError, EditLimits, EditRequest, PreparedEdit
+from backend.core.oracle import oracle_program
+from backend.runtime.engine import EditEngine, EditError, EditLimits, EditRequest, PreparedEdit, _labelled
 from backend.runtime.events import DecodeEvent
 from backend.runtime.models import ModelSpec, default_model_name, spec_for
 from backend.runtime.prompt import _render, plain_messages, program_messages
-from backend.runtime.remote import remote_plain, remote_program
+from backend.runtime.remote import merged_events, remote_plain, remote_program
 from backend.runtime.remote_client import Completion, CompletionsClient, RemoteError
 
 REMOTE_STRATEGIES = ("cad", "ar")
@@ -66,9 +68,10 @@ class RemoteEditEngine(EditEngine):
     """Edits through a vLLM / SGLang / llama.cpp server. Same calls and errors as EditEngine."""
 
     def __init__(self, client: CompletionsClient, *, model: str | None = None, limits: EditLimits = EditLimits(),
-                 copy_rest: bool = True) -> None:
+                 copy_rest: bool = True, align_snippets: bool = True) -> None:
         spec = spec_for(model or default_model_name())
         self.copy_rest = copy_rest  # as EditEngine: an early end after a copy copies the rest (early_end.py)
+        self.align_snippets = align_snippets  # as EditEngine; a merge is streamed without the server
         self.client = client
         self.counter = _counter_for(spec)
         self.loaded = RemoteModel(spec=spec, url=client.root, kind=client.kind, tokenizer=self.counter)
@@ -102,9 +105,20 @@ class RemoteEditEngine(EditEngine):
                 f"too long for {self.name}: the prompt is {prompt:,} tokens and the output may need {output:,}, "
                 f"but the context holds {self.context_length:,}; shorten the input or lower max new tokens"
             )
-        return PreparedEdit(request, (), None)
+        aligned, declined = self._align(request)
+        return PreparedEdit(request, (), None, aligned, declined)
 
     def _events(self, prepared: PreparedEdit, cancel: threading.Event | None) -> Iterator[DecodeEvent]:
+        request = prepared.request
+        if prepared.aligned_target is not None:  # merged by the snippet aligner: nothing for the server to do
+            ops = oracle_program(request.source, prepared.aligned_target, objective="cost", tokenize=self.counter)
+            events = merged_events(ops, request.source, self.counter.count, strategy=request.strategy)
+            return _labelled(events, written_by="snippet aligner")
+        if prepared.aligner_declined is not None:
+            return _labelled(self._server_events(prepared, cancel), aligner_declined=prepared.aligner_declined)
+        return self._server_events(prepared, cancel)
+
+    def _server_events(self, prepared: PreparedEdit, cancel: threading.Event | None) -> Iterator[DecodeEvent]:
         request = prepared.request
         options: dict[str, Any] = dict(
             counter=self.counter.count, max_new_tokens=request.max_new_tokens, temperature=request.temperature,
