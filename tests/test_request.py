@@ -32,6 +32,7 @@ REFUSED = [
     (dict(instruction="  "), CLI_LIMITS, "write an instruction"),
     (dict(mode="reference", target=""), APP_LIMITS, "needs the desired result"),
     (dict(source="x" * 20_001), APP_LIMITS, "20,001 characters; the limit is 20,000"),
+    (dict(instruction="x" * 20_001), APP_LIMITS, "the instruction has 20,001 characters; the limit is 20,000"),
     (dict(strategy="beam"), APP_LIMITS, "unknown strategy 'beam'"),
     (dict(lookup=(0, 10)), EditLimits(), "prompt lookup 0-gram/10: the n-gram size must be 1-8"),
     (dict(lookup=(2, 1000)), EditLimits(), "drafts 1-256"),
@@ -55,6 +56,8 @@ def test_accepted_values_are_normalised_not_truncated():
     assert check_request("a\n", "x", mode="reference", target="b\n").target == "b\n"
     assert check_request("a\n", "x", target="ignored in model mode").target is None
     assert check_request("a\n", "x").lookup == (2, 10)  # transformers' defaults
+    snippet = "Apply this update:\n```\n# ... existing code ...\n" + "x = 1\n" * 1_500 + "```"
+    assert check_request("a\n", snippet, limits=APP_LIMITS).instruction == snippet  # fast-apply snippets are long
     assert check_request("a\n", "x", lookup=[3.0, 64]).lookup == (3, 64)
 
 

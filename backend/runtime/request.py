@@ -38,7 +38,7 @@ class EditLimits:
     max_source_chars: int = 100_000
     max_source_lines: int = 5_000
     max_target_chars: int = 100_000
-    max_instruction_chars: int = 2_000
+    max_instruction_chars: int = 20_000  # an update snippet (fast-apply) may be as long as an input
     max_new_tokens: int = 4_096
     default_new_tokens: int = 512
     entry_point: bool = False  # app, API, CLI: refuse an empty input and a blank model-mode instruction
