@@ -64,8 +64,12 @@ class EditTab:
             label="…or upload a UTF-8 text file (line endings are kept exactly)", type="filepath",
             elem_id="edit-upload", height=160,
         )
-        self.instruction = gr.Textbox(label="Instruction", lines=2, elem_id="edit-instruction",
-                                      placeholder="e.g. Rename greet to welcome.")
+        self.instruction = gr.Textbox(
+            label="Instruction", lines=2, max_lines=20, elem_id="edit-instruction",
+            placeholder="e.g. Rename greet to welcome.",
+            info="in words, or an update snippet: a ``` block with `# ... existing code ...` where code is kept "
+                 "(merged by the snippet aligner when its place is certain)",
+        )
         self.mode = gr.Radio(
             choices=[("model: the model writes the program", "model"),
                      ("reference: replay the oracle program of a desired result", "reference")],
