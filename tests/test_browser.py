@@ -147,6 +147,35 @@ def test_page_loads_and_the_model_becomes_ready(app_page):
     assert page.locator("#model-picker input").input_value()  # the entry's label
 
 
+def test_a_model_mode_update_snippet_is_merged_by_the_aligner(app_page, server):
+    """Fast-apply in the browser: model mode, the instruction an update snippet; the aligner merges
+    it, the merge streams as copies and gens, and the status says the model did not write it."""
+    page = app_page
+    snippet = ("Apply this update:\n```python\n# ... existing code ...\n    tax = round(subtotal * tax_rate)\n"
+               "    return subtotal + tax + 1\n\n\ndef describe(order):\n# ... existing code ...\n```")
+    expected = SOURCE.replace("    return subtotal + tax\n", "    return subtotal + tax + 1\n")
+    _textarea(page, "edit-input").fill(SOURCE)
+    _textarea(page, "edit-instruction").fill(snippet)
+    page.locator('#edit-mode input[value="model"]').check()
+    before = _status(page, "edit-status")
+    page.click("#edit-run")
+    page.wait_for_function(
+        "([before]) => { const v = document.querySelector('#edit-status textarea').value;"
+        " return v !== before && v.includes('saved as edit #'); }",
+        arg=[before], timeout=90_000,
+    )
+    status = _status(page, "edit-status")
+    assert "written by the snippet aligner, not the model" in status, status
+    assert _textarea(page, "edit-output").input_value() == expected
+    tokens = page.locator("#edit-stream .token")
+    styles = [tokens.nth(i).get_attribute("style") or "" for i in range(tokens.count())]
+    assert any(COPY_RGB in s for s in styles) and any(GEN_RGB in s for s in styles), styles
+    edit_id = int(status.split("saved as edit #", 1)[1].split()[0])
+    (row,) = _db(server, "select output, mode from edits where id = ?", edit_id)
+    assert row == (expected, "model")
+    page.screenshot(path=str(ARTIFACTS / "browser-fast-apply.png"), full_page=True)
+
+
 def test_reference_edit_streams_copy_and_gen_spans_and_fills_metrics(app_page, server):
     page = app_page
     # Warm-up run (first use builds the model's grammar tables), then the measured one.
