@@ -193,6 +193,8 @@ def test_bad_corpus_file_exits_2_naming_the_line(tmp_path):
 
 
 def test_apply_snippet_counts_merges_and_refusals():
+    from backend.core.snippet_apply import REFUSAL_KINDS
+
     fixture = "tests/fixtures/cad-dev-subset.jsonl"
     doc = last_json(run("apply-snippet", fixture))["corpora"][fixture]
     assert doc["cases"] == 14 and doc["snippets"] == 2 and doc["exact"] == 2 and doc["wrong"] == 0
@@ -200,7 +202,7 @@ def test_apply_snippet_counts_merges_and_refusals():
     doc = last_json(run("apply-snippet", "humanevalpack-js", "--limit", "30", "--from-diff", "2"))["corpora"]["humanevalpack-js"]
     assert doc["snippets"] > 10 and doc["exact"] + doc["wrong"] + doc["refused"] == doc["snippets"]
     assert doc["exact"] >= 0.8 * doc["snippets"] and doc["wrong"] <= 1
-    assert sum(doc["refusals"].values()) == doc["refused"]
+    assert sum(doc["refusals"].values()) == doc["refused"] and set(doc["refusals"]) <= set(REFUSAL_KINDS)
 
 
 def test_apply_snippet_bad_usage():

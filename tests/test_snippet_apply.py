@@ -156,9 +156,12 @@ REFUSALS = [
 
 @pytest.mark.parametrize("case, source, body, message", REFUSALS, ids=[r[0] for r in REFUSALS])
 def test_case__snippet__refused_with_reason(case, source, body, message):
+    from backend.core.snippet_apply import REFUSAL_KINDS
+
     instruction = "Rename x to y." if body is None else snippet(body)
-    with pytest.raises(SnippetRefused, match=message.replace("`", "`").replace(".", r"\.")):
+    with pytest.raises(SnippetRefused, match=message.replace(".", r"\.")) as refused:
         apply_update_snippet(source, instruction)
+    assert refused.value.kind in REFUSAL_KINDS and "\n" not in str(refused.value)
 
 
 def test_crlf_input_keeps_its_endings_and_new_lines_get_crlf():

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import collections
 import hashlib
-import re
 import sys
 import time
 from pathlib import Path
@@ -345,7 +344,7 @@ def cmd_apply_snippet(args: argparse.Namespace) -> int:
                 merged = apply_update_snippet(case.source, instruction)
             except SnippetRefused as refusal:
                 counts["refused"] += 1
-                reasons[re.sub(r"\d+", "N", str(refusal).split(";")[0].split(" (")[0])[:70]] += 1
+                reasons[refusal.kind] += 1
                 continue
             counts["exact" if merged == case.target else "wrong"] += 1
             if merged != case.target:

@@ -78,7 +78,17 @@ FUZZY_LINES = 3  # only a part of at most this many non-blank lines is placed th
 
 
 class SnippetRefused(ValueError):
-    """The snippet cannot be placed with certainty; the message says why."""
+    """The snippet cannot be placed with certainty; the message says why, `kind` which rule said no
+    (one of REFUSAL_KINDS, for counting)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        assert kind in REFUSAL_KINDS, kind
+        super().__init__(message)
+        self.kind = kind
+
+
+REFUSAL_KINDS = ("no snippet", "only markers", "empty input", "ambiguous", "no match", "unmarked edge",
+                 "look-alike edge line", "unaligned context", "moved code", "no change")
 
 
 @dataclass(frozen=True)
@@ -146,7 +156,7 @@ def place_part(keys: list[str], cursor: int, part: Part, part_number: int) -> Pl
         anchor = max(anchors, key=lambda b: b.size)
         run = rest[anchor.a:anchor.a + anchor.size]
         if _occurrences(rest, run) > 1:
-            raise SnippetRefused(
+            raise SnippetRefused("ambiguous",
                 f"part {part_number} of the snippet matches more than one place (its context "
                 f"{run[0].strip()[:40]!r} occurs {_occurrences(rest, run)} times); add more context lines")
     else:
@@ -175,14 +185,14 @@ def _unmarked_edges(keys: list[str], cursor: int, part: Part, placement: Placeme
     if not part.marker_before:
         dropped = start - cursor
         if dropped > MAX_EDGE_DROP:
-            raise SnippetRefused(
+            raise SnippetRefused("unmarked edge",
                 f"part {part_number} of the snippet has no `... existing code ...` marker before it, "
                 f"which would delete {dropped} lines above it; add the marker or the lines")
         start = cursor
     if not part.marker_after:
         dropped = len(keys) - end
         if dropped > MAX_EDGE_DROP:
-            raise SnippetRefused(
+            raise SnippetRefused("unmarked edge",
                 f"part {part_number} of the snippet has no `... existing code ...` marker after it, "
                 f"which would delete the {dropped} lines below it; add the marker or the lines")
         end = len(keys)
@@ -198,7 +208,7 @@ def _rewritten_line(rest: list[str], wanted: list[str], part_number: int) -> dif
     or the part is refused. The pair is returned as a run of size 1 (it is replaced, not copied).
     """
     if sum(map(_distinctive, wanted)) > FUZZY_LINES:
-        raise SnippetRefused(
+        raise SnippetRefused("no match",
             f"part {part_number} of the snippet has no line that matches the input; show at least one "
             "unchanged line next to the change")
     best: tuple[float, int, int] | None = None  # (ratio, input index, snippet index)
@@ -222,7 +232,7 @@ def _rewritten_line(rest: list[str], wanted: list[str], part_number: int) -> dif
         if top >= FUZZY_ANCHOR and top - runner_up >= FUZZY_MARGIN and (best is None or top > best[0]):
             best = (top, scores[0][1], j)
     if best is None:
-        raise SnippetRefused(
+        raise SnippetRefused("no match",
             f"part {part_number} of the snippet has no line that matches the input, and none that plainly "
             "rewrites one input line; add an unchanged line above or below the change")
     return difflib.Match(best[1], best[2], 1)
@@ -271,7 +281,7 @@ def _refuse_lookalike(old: str, new: str, part_number: int) -> None:
         return
     indent = len(old) - len(old.lstrip()) == len(new) - len(new.lstrip())
     if (indent and old.split()[0] == new.split()[0]) or _ratio(old, new) >= LOOKALIKE:
-        raise SnippetRefused(
+        raise SnippetRefused("look-alike edge line",
             f"part {part_number} of the snippet: does {new.strip()[:40]!r} replace {old.strip()[:40]!r} or go "
             "beside it? show one more unchanged line on that side")
 
@@ -284,7 +294,7 @@ def _refuse_duplicates(keys: list[str], wanted: list[str], start: int, end: int,
     known = set(keys)
     for line in wanted[:first] + wanted[stop:]:
         if _distinctive(line) and line in known:
-            raise SnippetRefused(
+            raise SnippetRefused("unaligned context",
                 f"part {part_number} of the snippet: the line {line.strip()[:40]!r} is in the input but could "
                 "not be aligned with the rest of the part; add a `... existing code ...` marker where lines are kept")
 
@@ -315,13 +325,13 @@ def apply_update_snippet(source: str, instruction: str) -> str:
     """
     lines = find_update_snippet(instruction)
     if lines is None:
-        raise SnippetRefused("the instruction has no fenced snippet with `... existing code ...` markers")
+        raise SnippetRefused("no snippet", "the instruction has no fenced snippet with `... existing code ...` markers")
     parts = split_parts(lines)
     if not parts:
-        raise SnippetRefused("the snippet has only markers and blank lines")
+        raise SnippetRefused("only markers", "the snippet has only markers and blank lines")
     source_lines = split_lines(source)
     if not source_lines:
-        raise SnippetRefused("the input is empty")
+        raise SnippetRefused("empty input", "the input is empty")
     keys = [_key(line) for line in source_lines]
     ending = _dominant_ending(source_lines)
     output: list[tuple[str, bool]] = []  # (line, taken from the input)
@@ -334,7 +344,7 @@ def apply_update_snippet(source: str, instruction: str) -> str:
     output.extend((line, True) for line in source_lines[cursor:])
     merged = _join(output, ending, final_break=_ends_with_break(source_lines[-1]))
     if merged == source:
-        raise SnippetRefused("the snippet changes nothing: every line of it is already in the input")
+        raise SnippetRefused("no change", "the snippet changes nothing: every line of it is already in the input")
     return merged
 
 
@@ -368,12 +378,12 @@ def _refuse_moves(keys: list[str], placement: Placement, wanted: list[str],
     dropped = [pair for tag, i1, i2, _, _ in opcodes if tag in ("replace", "delete") for pair in _pairs(region[i1:i2])]
     moved_in = next((pair for pair in inserted if pair in input_pairs), None)
     if moved_in:
-        raise SnippetRefused(
+        raise SnippetRefused("moved code",
             f"part {part_number} of the snippet adds lines the input already has elsewhere "
             f"({moved_in[0].strip()[:40]!r}); if code moved, show the old place too, with its context")
     moved_out = next((pair for pair in dropped if pair in snippet_pairs), None)
     if moved_out:
-        raise SnippetRefused(
+        raise SnippetRefused("moved code",
             f"part {part_number} of the snippet would drop lines it also shows "
             f"({moved_out[0].strip()[:40]!r}); add more unchanged lines around the change")
 
