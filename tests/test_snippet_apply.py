@@ -164,6 +164,13 @@ def test_case__snippet__refused_with_reason(case, source, body, message):
     assert refused.value.kind in REFUSAL_KINDS and "\n" not in str(refused.value)
 
 
+def test_a_repeated_context_run_is_placed_by_the_other_lines_of_the_part():
+    # `    return x + 1` occurs twice; the part's other line names the function, so only one place fits
+    source = "def a(x):\n    y = x\n    return x + 1\n\n\ndef b(x):\n    z = x\n    return x + 1\n"
+    body = "# ... existing code ...\ndef b(x):\n    z = 2 * x\n    return x + 1\n"
+    assert apply_update_snippet(source, snippet(body)) == source.replace("    z = x\n", "    z = 2 * x\n")
+
+
 def test_crlf_input_keeps_its_endings_and_new_lines_get_crlf():
     source = SOURCE.replace("\n", "\r\n")
     body = "# ... existing code ...\n    def area(self):\n        # flat\n        return 0\n\n    def describe(self):\n# ...\n"

@@ -27,7 +27,8 @@ The rules (the fast-apply convention of Cursor, Morph and Relace):
   the last part: it runs to the input's last line;
 - a region is placed by its longest run of context lines (lines equal to input lines, trailing
   spaces ignored) that holds a line with a letter or digit; that run must occur once in the rest of
-  the input, and nearby matching runs join it while the input lines they drop (more input lines
+  the input, or else one of its places must match strictly more of the part's other lines (each
+  side matched on its own side of the run) than any other; nearby matching runs join it while the input lines they drop (more input lines
   than snippet lines between two runs) add up to at most `MAX_SILENT_DROP` on each side;
 - unmatched snippet lines at a region's edge replace as many adjacent input lines as are near
   copies of them (difflib ratio >= `REWRITE`), and are otherwise inserted there, unless the next
@@ -134,11 +135,6 @@ def _distinctive(line: str) -> bool:
     return any(ch.isalnum() for ch in line)
 
 
-def _occurrences(haystack: list[str], needle: list[str]) -> int:
-    size = len(needle)
-    return sum(1 for i in range(len(haystack) - size + 1) if haystack[i:i + size] == needle)
-
-
 @dataclass(frozen=True)
 class Placement:
     start: int  # first input line the part replaces (0-based, inclusive)
@@ -154,11 +150,7 @@ def place_part(keys: list[str], cursor: int, part: Part, part_number: int) -> Pl
                if b.size and any(_distinctive(line) for line in wanted[b.b:b.b + b.size])]
     if anchors:
         anchor = max(anchors, key=lambda b: b.size)
-        run = rest[anchor.a:anchor.a + anchor.size]
-        if _occurrences(rest, run) > 1:
-            raise SnippetRefused("ambiguous",
-                f"part {part_number} of the snippet matches more than one place (its context "
-                f"{run[0].strip()[:40]!r} occurs {_occurrences(rest, run)} times); add more context lines")
+        anchor = _unique_place(rest, wanted, anchor, part_number)
     else:
         anchor = _rewritten_line(rest, wanted, part_number)
     anchor = difflib.Match(cursor + anchor.a, anchor.b, anchor.size)
@@ -176,6 +168,33 @@ def place_part(keys: list[str], cursor: int, part: Part, part_number: int) -> Pl
     if part.marker_after and end < len(keys) and new_after < len(wanted):
         _refuse_lookalike(keys[end], wanted[new_after], part_number)
     return _unmarked_edges(keys, cursor, part, Placement(start, end), part_number)
+
+
+def _unique_place(rest: list[str], wanted: list[str], anchor: difflib.Match, part_number: int) -> difflib.Match:
+    """The anchor run where it occurs once; where it occurs more often, the occurrence around which
+    strictly more of the part's other lines (with a letter or digit) match, if there is one."""
+    run = wanted[anchor.b:anchor.b + anchor.size]
+    places = [i for i in range(len(rest) - anchor.size + 1) if rest[i:i + anchor.size] == run]
+    if len(places) == 1:
+        return anchor
+    before, after = anchor.b, len(wanted) - anchor.b - anchor.size
+    scores = []
+    for place in places:  # the part's lines before and after the run, matched on their own side of it
+        left = rest[max(0, place - before - MAX_SILENT_DROP):place]
+        right = rest[place + anchor.size:place + anchor.size + after + MAX_SILENT_DROP]
+        scores.append(_matched_distinctive(left, wanted[:anchor.b]) +
+                      _matched_distinctive(right, wanted[anchor.b + anchor.size:]))
+    ranked = sorted(zip(scores, places), reverse=True)
+    if ranked[0][0] == ranked[1][0]:
+        raise SnippetRefused("ambiguous",
+            f"part {part_number} of the snippet matches more than one place (its context "
+            f"{run[0].strip()[:40]!r} occurs {len(places)} times); add more context lines")
+    return difflib.Match(ranked[0][1], anchor.b, anchor.size)
+
+
+def _matched_distinctive(inputs: list[str], snippet: list[str]) -> int:
+    blocks = difflib.SequenceMatcher(None, inputs, snippet, autojunk=False).get_matching_blocks()
+    return sum(_distinctive(line) for block in blocks for line in snippet[block.b:block.b + block.size])
 
 
 def _unmarked_edges(keys: list[str], cursor: int, part: Part, placement: Placement, part_number: int) -> Placement:
