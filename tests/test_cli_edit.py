@@ -176,3 +176,18 @@ def test_edit_model_mode__an_output_equal_to_the_input_is_said(files, capsys, mo
     assert code == 0 and engine.copy_rest is False  # --no-copy-rest reached the engine
     assert last_json(out).get("unchanged", False) is unchanged
     assert ("the model's program changed nothing" in err) is unchanged
+
+
+@pytest.mark.parametrize("flag, aligned", [([], True), (["--no-align-snippets"], False)])
+def test_edit_model_mode__an_update_snippet_is_merged_by_the_aligner_unless_turned_off(files, capsys, flag, aligned):
+    source, _ = files
+    snippet = "Apply this update:\n```\n# ... existing code ...\ndef area(w, h):\n    return w * h\n\n\nprint(area(2, 3))\n```"
+    code = main(["edit", "--model", "tiny-random", "--source", str(source), "--instruction", snippet,
+                 "--max-new-tokens", "6", *flag])
+    out, err = capsys.readouterr()
+    assert code == 0
+    document = last_json(out)
+    assert (document["metrics"].get("written_by") == "snippet aligner") is aligned
+    assert ("written by the snippet aligner, not the model" in err) is aligned
+    if aligned:
+        assert document["output"] == TARGET and document["mode"] == "model"

@@ -132,6 +132,11 @@ def cmd_edit(args: argparse.Namespace) -> int:
     elif result.output == source and not result.partial and result.stop_reason != "error":
         document["unchanged"] = True  # the model's program copies the input: the instruction was not carried out
         print("note: the output equals the input: the model's program changed nothing", file=sys.stderr)
+    if result.metrics.written_by:  # backend/core/snippet_apply.py
+        print("note: written by the snippet aligner, not the model (the update snippet was placed by its "
+              "unchanged lines); --no-align-snippets lets the model write it", file=sys.stderr)
+    elif result.metrics.aligner_declined:
+        print(f"note: the snippet aligner left this edit to the model: {result.metrics.aligner_declined}", file=sys.stderr)
     sys.stdout.write(result.output if result.output.endswith("\n") or not result.output else result.output + "\n")
     emit(format_table(["metric", "value"], rows), document)
     return 0
