@@ -136,8 +136,9 @@ REFUSALS = [
     ("a snippet that changes nothing", SOURCE,
      "# ... existing code ...\n    def area(self):\n        return self.width * self.height\n# ... existing code ...\n",
      "changes nothing"),
-    ("context the alignment cannot reach would be duplicated", SOURCE,
-     "# ... existing code ...\n    def __init__(self, width, height):\n        pass\n"
+    ("context the alignment cannot reach would be duplicated (more than 10 lines between)",
+     "class Box:\n    def __init__(self):\n" + "".join(f"        self.v{i} = {i}\n" for i in range(30)) + "\n\ndef main():\n    pass\n",
+     "# ... existing code ...\n    def __init__(self):\n        pass\n"
      "def main():\n# ... existing code ...\n", "could not be aligned"),
     ("a new edge line that may replace the line beside it or join it", SOURCE,
      "# ... existing code ...\n    def area(self):\n        return 0\n# ... existing code ...\n", "replace"),
