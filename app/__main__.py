@@ -53,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--engine-kind", choices=("vllm", "sglang", "llamacpp"), default=None, help="the server's kind, with --engine-url")
     add("--no-align-snippets", action="store_true",
         help="model mode: let the model write every edit (default: an update snippet with `... existing code ...` "
-             "markers that the snippet aligner places with certainty is merged by it, and the status says so)")
+             "markers or a unified diff that the snippet aligner places with certainty is merged by it, and the "
+             "status says so)")
     add("--tuned-lookup", default=None, metavar="N/K",
         help="the tuned prompt-lookup setting the Compare tab runs beside the 2/10 defaults "
              "(default: the bench's fastest on held-out commit edits, see docs/results.md)")

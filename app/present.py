@@ -165,8 +165,8 @@ def aligner_text(metrics: dict[str, Any]) -> str:
     """Who wrote a model-mode edit when the instruction carried an update snippet
     (backend/core/snippet_apply.py), in plain words; "" otherwise."""
     if metrics.get("written_by") == "snippet aligner":
-        return ("; written by the snippet aligner, not the model: the update snippet was placed by its "
-                "unchanged lines and merged, then replayed (copies as prefills)")
+        return ("; written by the snippet aligner, not the model: the update snippet or diff in the instruction "
+                "was placed by its unchanged lines and merged, then replayed (copies as prefills)")
     declined = metrics.get("aligner_declined")
     if declined:
         return f"; the snippet aligner left this edit to the model: {declined}"

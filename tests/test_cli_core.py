@@ -205,5 +205,11 @@ def test_apply_snippet_counts_merges_and_refusals():
     assert sum(doc["refusals"].values()) == doc["refused"] and set(doc["refusals"]) <= set(REFUSAL_KINDS)
 
 
+def test_apply_snippet_applies_unified_diffs_too():
+    doc = last_json(run("apply-snippet", "humanevalpack-python", "--limit", "20", "--from-diff", "2", "--as-diff"))
+    doc = doc["corpora"]["humanevalpack-python"]
+    assert doc["snippets"] == 20 and doc["exact"] == 20 and doc["wrong"] == 0
+
+
 def test_apply_snippet_bad_usage():
     assert_usage_error(run("apply-snippet", "no-such-corpus", check_rc=None), "no-such-corpus")

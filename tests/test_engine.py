@@ -207,3 +207,14 @@ def test_the_aligner_can_be_turned_off(tiny_model):
         SNIPPET_SOURCE, SNIPPET, strategy="cad", mode="model", max_new_tokens=8)
     assert result.metrics.written_by is None and result.metrics.aligner_declined is None
     assert result.stop_reason in ("eos", "max_tokens", "loop")
+
+
+def test_model_mode_applies_a_unified_diff_too(engine):
+    diff = ("Apply this diff:\n```diff\n--- a/steps.py\n+++ b/steps.py\n@@ -22,3 +22,3 @@\n def step_5(x):\n"
+            "-    return x + 5\n+    return x - 5\n \n```")
+    result = engine.run_to_result(SNIPPET_SOURCE, diff, strategy="cad", mode="model", max_new_tokens=8)
+    assert result.output == SNIPPET_SOURCE.replace("return x + 5\n", "return x - 5\n")
+    assert result.metrics.written_by == "snippet aligner"
+    stale = diff.replace("return x + 5", "return x + 50")
+    declined = engine.run_to_result(SNIPPET_SOURCE, stale, strategy="cad", mode="model", max_new_tokens=8)
+    assert "does not match the input" in declined.metrics.aligner_declined

@@ -271,3 +271,12 @@ def test_snippet_from_diff_round_trips_through_the_aligner():
     assert made is not None and made.count("# ... existing code ...") == 2
     assert apply_update_snippet(SOURCE, made) == target
     assert snippet_from_diff(SOURCE, SOURCE) is None
+
+
+def test_code_that_holds_a_fence_stays_inside_the_block():
+    source = 'def f():\n    """Example:\n\n    ```py\n    f()\n    ```\n    """\n    return 1\n'
+    body = '# ... existing code ...\n    ```py\n    f()\n    ```\n    """\n    return 2\n'
+    expected = source.replace("return 1", "return 2")
+    assert apply_update_snippet(source, snippet(body)) == expected  # indented ``` lines are content
+    longer = "Apply this update:\n````\n# ...\n```\n    return 2\n````"  # an unindented ``` needs a longer fence
+    assert find_update_snippet(longer) == ["# ...", "```", "    return 2"]

@@ -67,8 +67,9 @@ class EditTab:
         self.instruction = gr.Textbox(
             label="Instruction", lines=2, max_lines=20, elem_id="edit-instruction",
             placeholder="e.g. Rename greet to welcome.",
-            info="in words, or an update snippet: a fenced code block with '# ... existing code ...' lines where "
-                 "code is kept (merged by the snippet aligner when its place is certain)",
+            info="in words, or the edit itself in a fenced code block: an update snippet with '# ... existing "
+                 "code ...' lines where code is kept, or a unified diff (applied without the model when its place "
+                 "is certain)",
         )
         self.mode = gr.Radio(
             choices=[("model: the model writes the program", "model"),

@@ -323,8 +323,10 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 def cmd_apply_snippet(args: argparse.Namespace) -> int:
     """The snippet aligner alone (no model) on every case whose instruction carries an update
-    snippet: merged exactly, merged wrongly (the number that must stay near 0), or refused, by reason."""
-    from backend.core.snippet_apply import SnippetRefused, apply_update_snippet, find_update_snippet, snippet_from_diff
+    snippet or a unified diff: merged exactly, merged wrongly (the number that must stay near 0), or
+    refused, by kind."""
+    from backend.core.carried_edit import SnippetRefused, apply_carried_edit, carried_edit_kind
+    from backend.core.snippet_apply import snippet_from_diff
 
     document: dict[str, Any] = {"corpora": {}}
     rows = []
@@ -335,13 +337,15 @@ def cmd_apply_snippet(args: argparse.Namespace) -> int:
         started = time.perf_counter()
         for case in cases:
             instruction = case.instruction
-            if args.from_diff is not None:
+            if args.from_diff is not None and args.as_diff:
+                instruction = unified_diff_instruction(case.source, case.target, context=args.from_diff)
+            elif args.from_diff is not None:
                 instruction = snippet_from_diff(case.source, case.target, context=args.from_diff,
                                                 marker=_marker_for(case))
-            if not instruction or find_update_snippet(instruction) is None:
+            if not instruction or carried_edit_kind(instruction) is None:
                 continue
             try:
-                merged = apply_update_snippet(case.source, instruction)
+                merged = apply_carried_edit(case.source, instruction)
             except SnippetRefused as refusal:
                 counts["refused"] += 1
                 reasons[refusal.kind] += 1
@@ -359,6 +363,16 @@ def cmd_apply_snippet(args: argparse.Namespace) -> int:
     emit(format_table(["corpus", "cases", "with a snippet", "merged exactly", "merged wrongly", "refused"], rows),
          document)
     return 0
+
+
+def unified_diff_instruction(source: str, target: str, *, context: int) -> str | None:
+    """The edit source -> target as an instruction carrying a unified diff (what `diff -u` prints),
+    or None when nothing changed."""
+    import difflib
+
+    lines = list(difflib.unified_diff(source.splitlines(), target.splitlines(), "a/file", "b/file",
+                                      n=context, lineterm=""))
+    return "Apply this diff:\n```diff\n" + "\n".join(lines) + "\n```" if lines else None
 
 
 def _marker_for(case: Any) -> str:
@@ -407,12 +421,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="which oracle line program to perturb (default: coverage, the ceiling program)")
     p.set_defaults(handler=cmd_perturb)
 
-    p = subparsers.add_parser("apply-snippet", help="the snippet aligner alone on corpora: exact, wrong, refused")
+    p = subparsers.add_parser("apply-snippet", help="the snippet aligner alone (snippets, unified diffs) on corpora: exact, wrong, refused")
     p.add_argument("corpora", nargs="+", metavar="CORPUS", help="a corpus name or a case-format .jsonl path")
     p.add_argument("--limit", type=int, default=None, metavar="K", help="first K cases of each corpus")
     p.add_argument("--from-diff", type=int, default=None, metavar="N",
                    help="instead of each case's instruction, the update snippet of its own edit (source -> "
                    "target): every changed region with N unchanged lines around it, markers between")
+    p.add_argument("--as-diff", action="store_true",
+                   help="with --from-diff: the edit as a unified diff (N context lines) instead of a snippet")
     _add_common(p)
     p.set_defaults(handler=cmd_apply_snippet)
 

@@ -62,7 +62,8 @@ def load_engine(name: str | None, *, limits: Any = None, runtime: str = "auto", 
 def add_align_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-align-snippets", action="store_true",
                         help="let the model write every edit (default: an update snippet with `... existing code ...` "
-                        "markers that the aligner places with certainty is merged by it; backend/core/snippet_apply.py)")
+                        "markers or a unified diff that the aligner places with certainty is merged by it; "
+                        "backend/core/carried_edit.py)")
 
 
 def _runtime_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -133,8 +134,8 @@ def cmd_edit(args: argparse.Namespace) -> int:
         document["unchanged"] = True  # the model's program copies the input: the instruction was not carried out
         print("note: the output equals the input: the model's program changed nothing", file=sys.stderr)
     if result.metrics.written_by:  # backend/core/snippet_apply.py
-        print("note: written by the snippet aligner, not the model (the update snippet was placed by its "
-              "unchanged lines); --no-align-snippets lets the model write it", file=sys.stderr)
+        print("note: written by the snippet aligner, not the model (the update snippet or diff was placed by "
+              "its unchanged lines); --no-align-snippets lets the model write it", file=sys.stderr)
     elif result.metrics.aligner_declined:
         print(f"note: the snippet aligner left this edit to the model: {result.metrics.aligner_declined}", file=sys.stderr)
     sys.stdout.write(result.output if result.output.endswith("\n") or not result.output else result.output + "\n")

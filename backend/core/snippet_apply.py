@@ -60,7 +60,11 @@ MARKER = re.compile(
     r"^\s*(?:#|//|/\*|<!--|--|;|\*)\s*(?:\.\.\.|\u2026|"
     r"(?:\(?\s*)(?:existing code|unchanged code|(?:the )?rest of (?:the )?(?:code|file|function|class|method)"
     r"|remaining code)\b)", re.IGNORECASE)
-FENCE = re.compile(r"^```[^\n]*\n(.*?)^[ \t]*```[ \t]*$", re.S | re.M)
+# A fenced block: an opening fence of 3+ backticks or tildes at the start of a line, its body, and a
+# closing fence of the same character, at least as long, alone on a line at its start. So code that
+# itself holds ``` (a docstring's example, indented) stays inside; a block whose code has an
+# unindented ``` line needs a longer fence (````), as in Markdown.
+FENCE = re.compile(r"^(`{3,}|~{3,})[^\n]*\n(.*?)^\1[`~]*[ \t]*$", re.S | re.M)
 # How many input lines, in all, a part may drop between its matched runs on each side of its anchor
 # (lines the snippet deletes without a marker) before further runs are treated as unrelated. Swept
 # over 3, 6, 10, 20 and unbounded on snippets made from real commits: 10 merged more and wrongly
@@ -92,7 +96,8 @@ class SnippetRefused(ValueError):
 
 
 REFUSAL_KINDS = ("no snippet", "only markers", "empty input", "ambiguous", "no match", "unmarked edge",
-                 "look-alike edge line", "unaligned context", "moved code", "no change")
+                 "look-alike edge line", "unaligned context", "moved code", "no change",
+                 "no diff", "malformed diff", "hunk not found")  # the last three: backend/core/diff_apply.py
 
 
 @dataclass(frozen=True)
@@ -102,13 +107,19 @@ class Part:
     marker_after: bool
 
 
-def find_update_snippet(instruction: str) -> list[str] | None:
-    """The lines (endings stripped) of the first fenced block with a marker line, or None."""
+def first_fenced_block(instruction: str, line_pattern: re.Pattern[str]) -> list[str] | None:
+    """The lines (endings stripped) of the instruction's first fenced block that has a line matching
+    `line_pattern`, or None."""
     for block in FENCE.finditer(instruction):
-        lines = [strip_line_ending(line) for line in split_lines(block.group(1))]
-        if any(MARKER.match(line) for line in lines):
+        lines = [strip_line_ending(line) for line in split_lines(block.group(2))]
+        if any(line_pattern.match(line) for line in lines):
             return lines
     return None
+
+
+def find_update_snippet(instruction: str) -> list[str] | None:
+    """The lines of the first fenced block with a marker line, or None."""
+    return first_fenced_block(instruction, MARKER)
 
 
 def split_parts(lines: list[str]) -> list[Part]:
@@ -130,7 +141,8 @@ def split_parts(lines: list[str]) -> list[Part]:
     return [part for part in parts if any(line.strip() for line in part.lines)]
 
 
-def _key(line: str) -> str:
+def line_key(line: str) -> str:
+    """What two lines are compared by: the line without its ending and trailing spaces."""
     return strip_line_ending(line).rstrip()
 
 
@@ -354,8 +366,8 @@ def apply_update_snippet(source: str, instruction: str) -> str:
     source_lines = split_lines(source)
     if not source_lines:
         raise SnippetRefused("empty input", "the input is empty")
-    keys = [_key(line) for line in source_lines]
-    ending = _dominant_ending(source_lines)
+    keys = [line_key(line) for line in source_lines]
+    ending = dominant_ending(source_lines)
     output: list[tuple[str, bool]] = []  # (line, taken from the input)
     cursor = 0
     for number, part in enumerate(parts, start=1):
@@ -364,7 +376,7 @@ def apply_update_snippet(source: str, instruction: str) -> str:
         output.extend(_part_lines(part, source_lines, keys, placement, number))
         cursor = placement.end
     output.extend((line, True) for line in source_lines[cursor:])
-    merged = _join(output, ending, final_break=_ends_with_break(source_lines[-1]))
+    merged = join_lines(output, ending, final_break=_ends_with_break(source_lines[-1]))
     if merged == source:
         raise SnippetRefused("no change", "the snippet changes nothing: every line of it is already in the input")
     return merged
@@ -415,7 +427,7 @@ def _pairs(lines: list[str]) -> list[tuple[str, str]]:
     return [(a, b) for a, b in zip(lines, lines[1:]) if _distinctive(a) and _distinctive(b)]
 
 
-def _join(lines: list[tuple[str, bool]], ending: str, *, final_break: bool) -> str:
+def join_lines(lines: list[tuple[str, bool]], ending: str, *, final_break: bool) -> str:
     """Every line but the last ends with a break; a new last line follows the input's convention."""
     text: list[str] = []
     for index, (line, from_input) in enumerate(lines):
@@ -432,7 +444,7 @@ def _ends_with_break(line: str) -> bool:
     return line != strip_line_ending(line)
 
 
-def _dominant_ending(lines: list[str]) -> str:
+def dominant_ending(lines: list[str]) -> str:
     counts: dict[str, int] = {}
     for line in lines:
         end = line[len(strip_line_ending(line)):]

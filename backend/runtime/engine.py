@@ -15,8 +15,8 @@ Modes:
   "cost" objective, tokenised by this model's tokenizer, forced through the model; ar / pld: the
   target's tokens forced through plain / prompt-lookup decoding. All three produce the target
   exactly: the mechanism's speed with perfect spans.
-- "model" with an update snippet (`... existing code ...` markers) that the aligner places with
-  certainty (backend/core/snippet_apply.py): the merged text is replayed like a reference, and the
+- "model" with an update snippet (`... existing code ...` markers) or a unified diff that the
+  aligner places with certainty (backend/core/carried_edit.py): the merged text is replayed like a reference, and the
   result says `written_by = "snippet aligner"`; a snippet it will not place goes to the model, and
   the result says why (`aligner_declined`). `align_snippets=False` leaves every edit to the model.
 
@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from backend.core.oracle import oracle_program
-from backend.core.snippet_apply import SnippetRefused, apply_update_snippet, find_update_snippet
+from backend.core.carried_edit import SnippetRefused, apply_carried_edit, carried_edit_kind
 from backend.runtime.baselines import decode_plain, decode_prompt_lookup, replay_plain, replay_prompt_lookup
 from backend.runtime.decoder import decode_program, encode_text
 from backend.runtime.events import DecodeEvent, DecodeResult
@@ -77,7 +77,8 @@ class EditEngine:
         certain choices are decoded too and the most probable finished program kept
         (backend/runtime/search.py); it costs about `search_branches + 1` decodes.
         `align_snippets` (model mode): an instruction carrying an update snippet with
-        `... existing code ...` markers is merged by alignment (backend/core/snippet_apply.py) when
+        `... existing code ...` markers or a unified diff is merged by alignment
+        (backend/core/carried_edit.py) when
         its place is certain, and that edit is replayed with the strategy (copies as prefills for
         cad); otherwise, or when off, the model writes the program. The result says which
         (`metrics.written_by`, `metrics.aligner_declined`)."""
@@ -168,14 +169,14 @@ class EditEngine:
         return PreparedEdit(request, tuple(prompt), target, aligned, declined)
 
     def _align(self, request: EditRequest) -> tuple[str | None, str | None]:
-        """(merged text, None) when the aligner places the instruction's update snippet;
-        (None, why) when the instruction has a snippet it will not place; (None, None) otherwise."""
+        """(merged text, None) when the aligner places the instruction's update snippet or unified
+        diff; (None, why) when it carries one the aligner will not place; (None, None) otherwise."""
         if not (self.align_snippets and request.mode == "model" and request.instruction):
             return None, None
-        if find_update_snippet(request.instruction) is None:
+        if carried_edit_kind(request.instruction) is None:
             return None, None
         try:
-            return apply_update_snippet(request.source, request.instruction), None
+            return apply_carried_edit(request.source, request.instruction), None
         except SnippetRefused as refusal:
             return None, str(refusal)
 
