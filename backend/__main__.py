@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "backend.cli.train_commands",    # make-data, train, evaluate
     "backend.cli.bench_command",     # bench
     "backend.cli.serve_command",     # serve-llamacpp
+    "backend.cli.snippet_command",   # apply-snippet
 )
 
 

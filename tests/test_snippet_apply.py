@@ -264,7 +264,7 @@ def test_hostile_snippets_on_a_large_repetitive_input_are_refused():
 
 
 def test_snippet_from_diff_round_trips_through_the_aligner():
-    from backend.core.snippet_apply import snippet_from_diff
+    from backend.core.edit_text import snippet_from_diff
 
     target = changed(SOURCE, "return self.width * self.height\n", "return self.width * self.height * 2\n")
     made = snippet_from_diff(SOURCE, target, context=2)

@@ -1,6 +1,6 @@
-"""Commands on the pure core: program, resolve, roundtrip, ceiling, perturb, probe, apply-snippet.
+"""Commands on the pure core: program, resolve, roundtrip, ceiling, perturb, probe.
 
-Output contract: `roundtrip`, `ceiling`, `perturb`, `probe` and `apply-snippet` print a readable table and, as the last
+Output contract: `roundtrip`, `ceiling`, `perturb` and `probe` print a readable table and, as the last
 stdout line, one JSON document. `program` and `resolve` are filters: their stdout is the text itself
 (the program text; the resolved file as exact UTF-8 bytes, line endings untouched, no newline added), so
 they print no JSON. Bad usage or input (missing file, non-UTF-8 input, malformed program, copy out of
@@ -319,68 +319,6 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 # --- registration -----------------------------------------------------------------------------------
 
-# --- apply-snippet ----------------------------------------------------------------------------------
-
-def cmd_apply_snippet(args: argparse.Namespace) -> int:
-    """The snippet aligner alone (no model) on every case whose instruction carries an update
-    snippet or a unified diff: merged exactly, merged wrongly (the number that must stay near 0), or
-    refused, by kind."""
-    from backend.core.carried_edit import SnippetRefused, apply_carried_edit, carried_edit_kind
-    from backend.core.snippet_apply import snippet_from_diff
-
-    document: dict[str, Any] = {"corpora": {}}
-    rows = []
-    for name, cases in _corpora(args.corpora, args.data_dir, args.limit):
-        counts = collections.Counter()
-        reasons: collections.Counter[str] = collections.Counter()
-        wrong_ids = []
-        started = time.perf_counter()
-        for case in cases:
-            instruction = case.instruction
-            if args.from_diff is not None and args.as_diff:
-                instruction = unified_diff_instruction(case.source, case.target, context=args.from_diff)
-            elif args.from_diff is not None:
-                instruction = snippet_from_diff(case.source, case.target, context=args.from_diff,
-                                                marker=_marker_for(case))
-            if not instruction or carried_edit_kind(instruction) is None:
-                continue
-            try:
-                merged = apply_carried_edit(case.source, instruction)
-            except SnippetRefused as refusal:
-                counts["refused"] += 1
-                reasons[refusal.kind] += 1
-                continue
-            counts["exact" if merged == case.target else "wrong"] += 1
-            if merged != case.target:
-                wrong_ids.append(case.id)
-        snippets = sum(counts.values())
-        document["corpora"][name] = {
-            "cases": len(cases), "snippets": snippets, "exact": counts["exact"], "wrong": counts["wrong"],
-            "refused": counts["refused"], "refusals": dict(reasons.most_common()), "wrong_ids": wrong_ids,
-            "seconds": time.perf_counter() - started,
-        }
-        rows.append([name, len(cases), snippets, counts["exact"], counts["wrong"], counts["refused"]])
-    emit(format_table(["corpus", "cases", "with a snippet", "merged exactly", "merged wrongly", "refused"], rows),
-         document)
-    return 0
-
-
-def unified_diff_instruction(source: str, target: str, *, context: int) -> str | None:
-    """The edit source -> target as an instruction carrying a unified diff (what `diff -u` prints),
-    or None when nothing changed."""
-    import difflib
-
-    lines = list(difflib.unified_diff(source.splitlines(), target.splitlines(), "a/file", "b/file",
-                                      n=context, lineterm=""))
-    return "Apply this diff:\n```diff\n" + "\n".join(lines) + "\n```" if lines else None
-
-
-def _marker_for(case: Any) -> str:
-    language = str(case.meta.get("language") or "")
-    return "#" if language == "python" or case.id.startswith("humanevalpack-python") or \
-        str(case.meta.get("file", "")).endswith(".py") else "//"
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("program", help="print the oracle program (stdout: the program text)")
     p.add_argument("--source", required=True, metavar="F")
@@ -420,17 +358,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--objective", choices=("coverage", "cost"), default="coverage",
                    help="which oracle line program to perturb (default: coverage, the ceiling program)")
     p.set_defaults(handler=cmd_perturb)
-
-    p = subparsers.add_parser("apply-snippet", help="the snippet aligner alone (snippets, unified diffs) on corpora: exact, wrong, refused")
-    p.add_argument("corpora", nargs="+", metavar="CORPUS", help="a corpus name or a case-format .jsonl path")
-    p.add_argument("--limit", type=int, default=None, metavar="K", help="first K cases of each corpus")
-    p.add_argument("--from-diff", type=int, default=None, metavar="N",
-                   help="instead of each case's instruction, the update snippet of its own edit (source -> "
-                   "target): every changed region with N unchanged lines around it, markers between")
-    p.add_argument("--as-diff", action="store_true",
-                   help="with --from-diff: the edit as a unified diff (N context lines) instead of a snippet")
-    _add_common(p)
-    p.set_defaults(handler=cmd_apply_snippet)
 
     p = subparsers.add_parser("probe", help="write the stdlib-probe corpus (JSONL) and its manifest")
     p.add_argument("--out", required=True, metavar="F")

@@ -6,7 +6,8 @@ without a model when its place is certain; `SnippetRefused` says why not. Standa
 from __future__ import annotations
 
 from backend.core.diff_apply import apply_unified_diff, find_unified_diff
-from backend.core.snippet_apply import SnippetRefused, apply_update_snippet, find_update_snippet
+from backend.core.edit_text import SnippetRefused
+from backend.core.snippet_apply import apply_update_snippet, find_update_snippet
 
 __all__ = ["SnippetRefused", "apply_carried_edit", "carried_edit_kind"]
 

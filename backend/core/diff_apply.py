@@ -24,7 +24,8 @@ import re
 from dataclasses import dataclass
 
 from backend.core.lines import split_lines, strip_line_ending
-from backend.core.snippet_apply import SnippetRefused, dominant_ending, first_fenced_block, join_lines, line_key
+from backend.core.edit_text import SnippetRefused, dominant_ending, join_lines
+from backend.core.snippet_apply import first_fenced_block, line_key
 
 HUNK_HEADER = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 FILE_HEADER = re.compile(r"^(?:--- |\+\+\+ |diff |index |new file mode|deleted file mode|similarity index|rename )")

@@ -52,6 +52,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from backend.core.edit_text import (
+    REFUSAL_KINDS, SnippetRefused, distinctive, dominant_ending, ends_with_break, join_lines, ratio, rewritten_line,
+)
 from backend.core.lines import split_lines, strip_line_ending
 
 # A marker: a comment opener, then three dots or an ellipsis, or the words such tools use for the
@@ -78,26 +81,7 @@ MAX_EDGE_DROP = 3
 # rewrite or an insertion, and the part is refused.
 REWRITE = 0.8
 LOOKALIKE = 0.5
-# A part with no unchanged non-blank line is placed by the one input line it rewrites: at least
-# this similar, and this much more similar than any other input line.
-FUZZY_ANCHOR = 0.75
-FUZZY_MARGIN = 0.1
-FUZZY_LINES = 3  # only a part of at most this many non-blank lines is placed that way (and it stays fast)
 
-
-class SnippetRefused(ValueError):
-    """The snippet cannot be placed with certainty; the message says why, `kind` which rule said no
-    (one of REFUSAL_KINDS, for counting)."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        assert kind in REFUSAL_KINDS, kind
-        super().__init__(message)
-        self.kind = kind
-
-
-REFUSAL_KINDS = ("no snippet", "only markers", "empty input", "ambiguous", "no match", "unmarked edge",
-                 "look-alike edge line", "unaligned context", "moved code", "no change",
-                 "no diff", "malformed diff", "hunk not found")  # the last three: backend/core/diff_apply.py
 
 
 @dataclass(frozen=True)
@@ -146,10 +130,6 @@ def line_key(line: str) -> str:
     return strip_line_ending(line).rstrip()
 
 
-def _distinctive(line: str) -> bool:
-    return any(ch.isalnum() for ch in line)
-
-
 @dataclass(frozen=True)
 class Placement:
     start: int  # first input line the part replaces (0-based, inclusive)
@@ -162,12 +142,12 @@ def place_part(keys: list[str], cursor: int, part: Part, part_number: int) -> Pl
     wanted = [line.rstrip() for line in part.lines]
     matcher = difflib.SequenceMatcher(None, rest, wanted, autojunk=False)
     anchors = [b for b in matcher.get_matching_blocks()
-               if b.size and any(_distinctive(line) for line in wanted[b.b:b.b + b.size])]
+               if b.size and any(distinctive(line) for line in wanted[b.b:b.b + b.size])]
     if anchors:
         anchor = max(anchors, key=lambda b: b.size)
         anchor = _unique_place(rest, wanted, anchor, part_number)
     else:
-        anchor = _rewritten_line(rest, wanted, part_number)
+        anchor = rewritten_line(rest, wanted, part_number)
     anchor = difflib.Match(cursor + anchor.a, anchor.b, anchor.size)
     lead = _extend(keys, wanted, anchor, cursor, leftward=True)
     tail = _extend(keys, wanted, anchor, cursor, leftward=False)
@@ -197,8 +177,8 @@ def _unique_place(rest: list[str], wanted: list[str], anchor: difflib.Match, par
     for place in places:  # the part's lines before and after the run, matched on their own side of it
         left = rest[max(0, place - before - MAX_SILENT_DROP):place]
         right = rest[place + anchor.size:place + anchor.size + after + MAX_SILENT_DROP]
-        scores.append(_matched_distinctive(left, wanted[:anchor.b]) +
-                      _matched_distinctive(right, wanted[anchor.b + anchor.size:]))
+        scores.append(_matcheddistinctive(left, wanted[:anchor.b]) +
+                      _matcheddistinctive(right, wanted[anchor.b + anchor.size:]))
     ranked = sorted(zip(scores, places), reverse=True)
     if ranked[0][0] == ranked[1][0]:
         raise SnippetRefused("ambiguous",
@@ -207,9 +187,9 @@ def _unique_place(rest: list[str], wanted: list[str], anchor: difflib.Match, par
     return difflib.Match(ranked[0][1], anchor.b, anchor.size)
 
 
-def _matched_distinctive(inputs: list[str], snippet: list[str]) -> int:
+def _matcheddistinctive(inputs: list[str], snippet: list[str]) -> int:
     blocks = difflib.SequenceMatcher(None, inputs, snippet, autojunk=False).get_matching_blocks()
-    return sum(_distinctive(line) for block in blocks for line in snippet[block.b:block.b + block.size])
+    return sum(distinctive(line) for block in blocks for line in snippet[block.b:block.b + block.size])
 
 
 def _unmarked_edges(keys: list[str], cursor: int, part: Part, placement: Placement, part_number: int) -> Placement:
@@ -231,49 +211,6 @@ def _unmarked_edges(keys: list[str], cursor: int, part: Part, placement: Placeme
                 f"which would delete the {dropped} lines below it; add the marker or the lines")
         end = len(keys)
     return Placement(start, end)
-
-
-def _rewritten_line(rest: list[str], wanted: list[str], part_number: int) -> difflib.Match:
-    """For a part whose every non-blank line is new: the one input line it plainly rewrites.
-
-    Only for a part of at most `FUZZY_LINES` such lines (a changed line or two between blank lines).
-    Each non-blank snippet line is compared with every input line; the best pair must be similar
-    (ratio >= `FUZZY_ANCHOR`) and clearly better than any other input line for it (by `FUZZY_MARGIN`),
-    or the part is refused. The pair is returned as a run of size 1 (it is replaced, not copied).
-    """
-    if sum(map(_distinctive, wanted)) > FUZZY_LINES:
-        raise SnippetRefused("no match",
-            f"part {part_number} of the snippet has no line that matches the input; show at least one "
-            "unchanged line next to the change")
-    best: tuple[float, int, int] | None = None  # (ratio, input index, snippet index)
-    floor = FUZZY_ANCHOR - FUZZY_MARGIN  # a pair below this can be neither the best nor its rival
-    candidates = [(i, old.strip()) for i, old in enumerate(rest) if _distinctive(old)]
-    for j, line in enumerate(wanted):
-        if not _distinctive(line):
-            continue
-        matcher = difflib.SequenceMatcher(None, autojunk=False)
-        matcher.set_seq2(line.strip())  # the expensive index, built once per snippet line
-        scores = []
-        for i, old in candidates:
-            matcher.set_seq1(old)
-            # cheap upper bounds first: most input lines are ruled out without the full ratio
-            if matcher.real_quick_ratio() >= floor and matcher.quick_ratio() >= floor:
-                scores.append((matcher.ratio(), i))
-        scores.sort(reverse=True)
-        if not scores:
-            continue
-        top, runner_up = scores[0][0], (scores[1][0] if len(scores) > 1 else 0.0)
-        if top >= FUZZY_ANCHOR and top - runner_up >= FUZZY_MARGIN and (best is None or top > best[0]):
-            best = (top, scores[0][1], j)
-    if best is None:
-        raise SnippetRefused("no match",
-            f"part {part_number} of the snippet has no line that matches the input, and none that plainly "
-            "rewrites one input line; add an unchanged line above or below the change")
-    return difflib.Match(best[1], best[2], 1)
-
-
-def _ratio(old: str, new: str) -> float:
-    return difflib.SequenceMatcher(None, old.strip(), new.strip(), autojunk=False).ratio()
 
 
 def _extend(keys: list[str], wanted: list[str], anchor: difflib.Match, cursor: int, *,
@@ -314,7 +251,7 @@ def _refuse_lookalike(old: str, new: str, part_number: int) -> None:
     if not (old.strip() and new.strip()):
         return
     indent = len(old) - len(old.lstrip()) == len(new) - len(new.lstrip())
-    if (indent and old.split()[0] == new.split()[0]) or _ratio(old, new) >= LOOKALIKE:
+    if (indent and old.split()[0] == new.split()[0]) or ratio(old, new) >= LOOKALIKE:
         raise SnippetRefused("look-alike edge line",
             f"part {part_number} of the snippet: does {new.strip()[:40]!r} replace {old.strip()[:40]!r} or go "
             "beside it? show one more unchanged line on that side")
@@ -327,7 +264,7 @@ def _refuse_duplicates(keys: list[str], wanted: list[str], start: int, end: int,
     place, and a merge would duplicate it."""
     known = set(keys)
     for line in wanted[:first] + wanted[stop:]:
-        if _distinctive(line) and line in known:
+        if distinctive(line) and line in known:
             raise SnippetRefused("unaligned context",
                 f"part {part_number} of the snippet: the line {line.strip()[:40]!r} is in the input but could "
                 "not be aligned with the rest of the part; add a `... existing code ...` marker where lines are kept")
@@ -343,7 +280,7 @@ def _similar_run(inputs: list[str], snippet: list[str]) -> int:
     """How many leading pairs of (input line, snippet line) are similar enough to be a rewrite."""
     count = 0
     for old, new in zip(inputs, snippet):
-        if not old.strip() or _ratio(old, new) < REWRITE:
+        if not old.strip() or ratio(old, new) < REWRITE:
             break
         count += 1
     return count
@@ -376,7 +313,7 @@ def apply_update_snippet(source: str, instruction: str) -> str:
         output.extend(_part_lines(part, source_lines, keys, placement, number))
         cursor = placement.end
     output.extend((line, True) for line in source_lines[cursor:])
-    merged = join_lines(output, ending, final_break=_ends_with_break(source_lines[-1]))
+    merged = join_lines(output, ending, final_break=ends_with_break(source_lines[-1]))
     if merged == source:
         raise SnippetRefused("no change", "the snippet changes nothing: every line of it is already in the input")
     return merged
@@ -424,52 +361,4 @@ def _refuse_moves(keys: list[str], placement: Placement, wanted: list[str],
 
 def _pairs(lines: list[str]) -> list[tuple[str, str]]:
     """Consecutive pairs of lines that both have a letter or digit."""
-    return [(a, b) for a, b in zip(lines, lines[1:]) if _distinctive(a) and _distinctive(b)]
-
-
-def join_lines(lines: list[tuple[str, bool]], ending: str, *, final_break: bool) -> str:
-    """Every line but the last ends with a break; a new last line follows the input's convention."""
-    text: list[str] = []
-    for index, (line, from_input) in enumerate(lines):
-        last = index == len(lines) - 1
-        if not from_input:
-            line = line + ending if (not last or final_break) else line
-        elif not last and not _ends_with_break(line):
-            line += ending
-        text.append(line)
-    return "".join(text)
-
-
-def _ends_with_break(line: str) -> bool:
-    return line != strip_line_ending(line)
-
-
-def dominant_ending(lines: list[str]) -> str:
-    counts: dict[str, int] = {}
-    for line in lines:
-        end = line[len(strip_line_ending(line)):]
-        if end:
-            counts[end] = counts.get(end, 0) + 1
-    return max(counts, key=lambda e: counts[e]) if counts else "\n"
-
-
-def snippet_from_diff(source: str, target: str, *, context: int = 2, marker: str = "#") -> str | None:
-    """The update snippet a careful writer would give for the edit source -> target: each changed
-    region of the target with `context` unchanged lines around it, a `{marker} ... existing code ...`
-    line wherever input lines are elided, in a fenced block. None when nothing changed. (What
-    `apply-snippet --from-diff` measures the aligner on: real edits' snippets, several parts each.)"""
-    old = [strip_line_ending(line) for line in split_lines(source)]
-    new = [strip_line_ending(line) for line in split_lines(target)]
-    groups = list(difflib.SequenceMatcher(None, old, new, autojunk=False).get_grouped_opcodes(context))
-    if not groups or all(tag == "equal" for group in groups for tag, *_ in group):
-        return None
-    elided = f"{marker} ... existing code ..."
-    body: list[str] = []
-    for index, group in enumerate(groups):
-        first_old, first_new = group[0][1], group[0][3]
-        if first_old > 0 and (index == 0 or True):
-            body.append(elided)
-        body.extend(new[first_new:group[-1][4]])
-    if groups[-1][-1][2] < len(old):
-        body.append(elided)
-    return "Apply this update:\n```\n" + "\n".join(body) + "\n```"
+    return [(a, b) for a, b in zip(lines, lines[1:]) if distinctive(a) and distinctive(b)]
