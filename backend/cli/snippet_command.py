@@ -17,7 +17,7 @@ def cmd_apply_snippet(args: argparse.Namespace) -> int:
     snippet or a unified diff: merged exactly, merged wrongly (the number that must stay near 0), or
     refused, by kind."""
     from backend.core.carried_edit import SnippetRefused, apply_carried_edit, carried_edit_kind
-    from backend.core.edit_text import snippet_from_diff
+    from backend.core.edit_text import diff_instruction, snippet_from_diff
 
     document: dict[str, Any] = {"corpora": {}}
     rows = []
@@ -29,7 +29,7 @@ def cmd_apply_snippet(args: argparse.Namespace) -> int:
         for case in cases:
             instruction = case.instruction
             if args.from_diff is not None and args.as_diff:
-                instruction = unified_diff_instruction(case.source, case.target, context=args.from_diff)
+                instruction = diff_instruction(case.source, case.target, context=args.from_diff)
             elif args.from_diff is not None:
                 instruction = snippet_from_diff(case.source, case.target, context=args.from_diff,
                                                 marker=_marker_for(case))
@@ -54,16 +54,6 @@ def cmd_apply_snippet(args: argparse.Namespace) -> int:
     emit(format_table(["corpus", "cases", "with a snippet", "merged exactly", "merged wrongly", "refused"], rows),
          document)
     return 0
-
-
-def unified_diff_instruction(source: str, target: str, *, context: int) -> str | None:
-    """The edit source -> target as an instruction carrying a unified diff (what `diff -u` prints),
-    or None when nothing changed."""
-    import difflib
-
-    lines = list(difflib.unified_diff(source.splitlines(), target.splitlines(), "a/file", "b/file",
-                                      n=context, lineterm=""))
-    return "Apply this diff:\n```diff\n" + "\n".join(lines) + "\n```" if lines else None
 
 
 def _marker_for(case: Any) -> str:

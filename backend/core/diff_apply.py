@@ -23,8 +23,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from backend.core.lines import split_lines, strip_line_ending
-from backend.core.edit_text import SnippetRefused, dominant_ending, join_lines
+from backend.core.lines import split_lines
+from backend.core.edit_text import SnippetRefused, dominant_ending, ends_with_break, join_lines
 from backend.core.snippet_apply import first_fenced_block, line_key
 
 HUNK_HEADER = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
@@ -103,7 +103,7 @@ def apply_unified_diff(source: str, instruction: str) -> str:
                 old_index += 1
         cursor = old_index
     output.extend((line, True) for line in source_lines[cursor:])
-    final_break = not source_lines or source_lines[-1] != strip_line_ending(source_lines[-1])
+    final_break = not source_lines or ends_with_break(source_lines[-1])
     merged = join_lines(output, dominant_ending(source_lines), final_break=final_break)
     if merged == source:
         raise SnippetRefused("no change", "the diff changes nothing")

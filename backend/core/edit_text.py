@@ -117,11 +117,19 @@ def snippet_from_diff(source: str, target: str, *, context: int = 2, marker: str
         return None
     elided = f"{marker} ... existing code ..."
     body: list[str] = []
-    for index, group in enumerate(groups):
+    for group in groups:
         first_old, first_new = group[0][1], group[0][3]
-        if first_old > 0 and (index == 0 or True):
+        if first_old > 0:  # input lines before this region are kept: elided
             body.append(elided)
         body.extend(new[first_new:group[-1][4]])
     if groups[-1][-1][2] < len(old):
         body.append(elided)
     return "Apply this update:\n```\n" + "\n".join(body) + "\n```"
+
+
+def diff_instruction(source: str, target: str, *, context: int) -> str | None:
+    """The edit source -> target as an instruction carrying a unified diff (what `diff -u` prints),
+    or None when nothing changed (what `apply-snippet --from-diff N --as-diff` measures)."""
+    lines = list(difflib.unified_diff(source.splitlines(), target.splitlines(), "a/file", "b/file",
+                                      n=context, lineterm=""))
+    return "Apply this diff:\n```diff\n" + "\n".join(lines) + "\n```" if lines else None

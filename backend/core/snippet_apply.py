@@ -28,8 +28,9 @@ The rules (the fast-apply convention of Cursor, Morph and Relace):
 - a region is placed by its longest run of context lines (lines equal to input lines, trailing
   spaces ignored) that holds a line with a letter or digit; that run must occur once in the rest of
   the input, or else one of its places must match strictly more of the part's other lines (each
-  side matched on its own side of the run) than any other; nearby matching runs join it while the input lines they drop (more input lines
-  than snippet lines between two runs) add up to at most `MAX_SILENT_DROP` on each side;
+  side matched on its own side of the run) than any other; nearby matching runs join it while the
+  input lines they drop (more input lines than snippet lines between two runs) add up to at most
+  `MAX_SILENT_DROP` on each side;
 - unmatched snippet lines at a region's edge replace as many adjacent input lines as are near
   copies of them (difflib ratio >= `REWRITE`), and are otherwise inserted there, unless the next
   one only looks like the input line beside it (then it is refused: rewrite or insertion?);
@@ -177,8 +178,8 @@ def _unique_place(rest: list[str], wanted: list[str], anchor: difflib.Match, par
     for place in places:  # the part's lines before and after the run, matched on their own side of it
         left = rest[max(0, place - before - MAX_SILENT_DROP):place]
         right = rest[place + anchor.size:place + anchor.size + after + MAX_SILENT_DROP]
-        scores.append(_matcheddistinctive(left, wanted[:anchor.b]) +
-                      _matcheddistinctive(right, wanted[anchor.b + anchor.size:]))
+        scores.append(_matched_distinctive(left, wanted[:anchor.b]) +
+                      _matched_distinctive(right, wanted[anchor.b + anchor.size:]))
     ranked = sorted(zip(scores, places), reverse=True)
     if ranked[0][0] == ranked[1][0]:
         raise SnippetRefused("ambiguous",
@@ -187,7 +188,7 @@ def _unique_place(rest: list[str], wanted: list[str], anchor: difflib.Match, par
     return difflib.Match(ranked[0][1], anchor.b, anchor.size)
 
 
-def _matcheddistinctive(inputs: list[str], snippet: list[str]) -> int:
+def _matched_distinctive(inputs: list[str], snippet: list[str]) -> int:
     blocks = difflib.SequenceMatcher(None, inputs, snippet, autojunk=False).get_matching_blocks()
     return sum(distinctive(line) for block in blocks for line in snippet[block.b:block.b + block.size])
 

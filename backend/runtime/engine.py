@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from backend.core.oracle import oracle_program
-from backend.core.carried_edit import SnippetRefused, apply_carried_edit, carried_edit_kind
+from backend.core.carried_edit import SnippetRefused, apply_carried_edit
 from backend.runtime.baselines import decode_plain, decode_prompt_lookup, replay_plain, replay_prompt_lookup
 from backend.runtime.decoder import decode_program, encode_text
 from backend.runtime.events import DecodeEvent, DecodeResult
@@ -173,12 +173,10 @@ class EditEngine:
         diff; (None, why) when it carries one the aligner will not place; (None, None) otherwise."""
         if not (self.align_snippets and request.mode == "model" and request.instruction):
             return None, None
-        if carried_edit_kind(request.instruction) is None:
-            return None, None
         try:
             return apply_carried_edit(request.source, request.instruction), None
-        except SnippetRefused as refusal:
-            return None, str(refusal)
+        except SnippetRefused as refusal:  # "no snippet": the instruction carries neither a snippet nor a diff
+            return None, None if refusal.kind == "no snippet" else str(refusal)
 
     # -- running ------------------------------------------------------------------------------
 
