@@ -136,3 +136,13 @@ def test_tokenizer_without_chat_template_gets_chatml():
 
     ids = chat_ids(Chars(), [{"role": "user", "content": "hi"}])
     assert "".join(map(chr, ids)) == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_located_adds_the_lines_the_instruction_names_after_it():
+    zero_shot = program_messages(SOURCE, "Rename `print` to `show`.", style="zero-shot")
+    located = program_messages(SOURCE, "Rename `print` to `show`.", style="located")
+    assert [m["role"] for m in located] == ["system", "user"] and located[0] == zero_shot[0]
+    assert located[-1]["content"] == zero_shot[-1]["content"] + "\nLines with `print`: 4"
+    # nothing found, or no instruction: the zero-shot text exactly
+    assert program_messages(SOURCE, "Fix the bug", style="located") == program_messages(SOURCE, "Fix the bug", style="zero-shot")
+    assert program_messages(SOURCE, None, style="located") == program_messages(SOURCE, None, style="zero-shot")

@@ -71,7 +71,7 @@ def _register_train(subparsers: Any) -> None:
     train.add_argument("--dropout", type=float, default=0.0, help="LoRA dropout (default 0; runs 1-10 used 0.05)")
     train.add_argument("--attention", choices=("eager", "sdpa"), default="eager",
                        help="attention kernel while training (default eager: faster on a CPU at these lengths)")
-    train.add_argument("--prompt", choices=("zero-shot", "instruction-first"), default="zero-shot",
+    train.add_argument("--prompt", choices=("zero-shot", "instruction-first", "located"), default="zero-shot",
                        help="prompt layout to train on; the adapter's training.json records it and loading uses it "
                             "(instruction-first: the instruction also before the numbered input)")
     train.add_argument("--pack", type=int, default=1, metavar="K",

@@ -26,7 +26,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from backend.core.lines import number_lines
+from backend.core.lines import number_lines, split_lines
+from backend.core.locate import location_hint
 from backend.core.program import GEN_CLOSE, GEN_OPEN, CopyLines, CopyTokens, Gen, Op, tag_text
 from backend.core.resolve import resolve_program
 
@@ -120,9 +121,14 @@ def context_text(ops: Sequence[Op], source: str) -> str:
     return "".join(parts)
 
 
-def _program_user(source: str, instruction: str | None, *, instruction_first: bool = False) -> str:
+def _program_user(source: str, instruction: str | None, *, instruction_first: bool = False,
+                  located: bool = False) -> str:
     asked = f"Instruction: {instruction or DEFAULT_INSTRUCTION}"
     text = f"Input:\n{number_lines(source)}{asked}"
+    if located and instruction:
+        # the lines the instruction's names occur on: the first hop of finding where to edit
+        hint = location_hint(instruction, split_lines(source))
+        text = f"{text}\n{hint.rstrip()}" if hint else text
     # A causal model reads each numbered line once, before the answer: with the instruction also
     # ahead of the input, the lines are read knowing what to look for (where to edit); the copy
     # after the input keeps it next to the answer, as the zero-shot layout has it.
@@ -133,7 +139,7 @@ def _plain_user(source: str, instruction: str | None) -> str:
     return f"Input:\n{source}\nInstruction: {instruction or DEFAULT_INSTRUCTION}"
 
 
-PROMPT_STYLES = ("few-shot", "zero-shot", "instruction-first")
+PROMPT_STYLES = ("few-shot", "zero-shot", "instruction-first", "located")
 
 
 def program_messages(source: str, instruction: str | None, *, style: str = "few-shot") -> list[dict[str, str]]:
@@ -141,7 +147,8 @@ def program_messages(source: str, instruction: str | None, *, style: str = "few-
     ("few-shot", for untrained models) or none ("zero-shot", for a model trained on the format:
     ~330 fewer prompt tokens per edit), then the numbered input and the instruction.
     "instruction-first" is zero-shot with the instruction also before the numbered input (a model
-    trained on it). Rejects an unknown style (ValueError)."""
+    trained on it). "located" is zero-shot with a row per term of the instruction saying which
+    input lines hold it (core/locate.py). Rejects an unknown style (ValueError)."""
     if style not in PROMPT_STYLES:
         raise ValueError(f"unknown prompt style {style!r}: use one of {', '.join(PROMPT_STYLES)}")
     messages = [{"role": "system", "content": PROGRAM_SYSTEM}]
@@ -149,7 +156,8 @@ def program_messages(source: str, instruction: str | None, *, style: str = "few-
         messages.append({"role": "user", "content": _program_user(example_source, example_instruction)})
         messages.append({"role": "assistant", "content": context_text(ops, example_source)})
     messages.append({"role": "user", "content": _program_user(source, instruction,
-                                                              instruction_first=style == "instruction-first")})
+                                                              instruction_first=style == "instruction-first",
+                                                              located=style == "located")})
     return messages
 
 

@@ -1,0 +1,54 @@
+"""The location hint: which input lines hold the names an instruction mentions."""
+
+from backend.core.locate import MAX_LINES, MAX_TERMS, instruction_terms, locate, location_hint, term_lines
+
+LINES = [
+    "def total_price(items):\n",
+    "    total = 0\n",
+    "    for item in items:\n",
+    "        total += item.price  # the total so far\n",
+    "    subtotal = total\r\n",
+    "    return subtotal\n",
+]
+
+
+def test_terms_are_quoted_spans_then_code_like_or_uncommon_words():
+    assert instruction_terms("Rename `min_length` -> `min_length2`.") == ["min_length", "min_length2"]
+    assert instruction_terms('Set "expert_dtype" on line 19 to "config" instead.') == ["expert_dtype", "config"]
+    assert instruction_terms("Use the name error_value instead of error.") == ["error_value", "error"]
+    assert instruction_terms("Rename the variable total to subtotal") == ["total", "subtotal"]
+    # instruction words and common English locate nothing; repeats are listed once
+    assert instruction_terms("Delete the function and the block below it") == []
+    assert instruction_terms("`x1` and x1 again") == ["x1", "again"]   # "again" is kept: found in no input, it locates nothing
+    # one-character terms are everywhere
+    assert instruction_terms("Rename `k` to `k2` throughout.") == ["k2"]
+
+
+def test_a_fenced_snippet_is_not_searched():
+    instruction = "Update the code as shown:\n```\n# ... existing code ...\n    total_price = 1\n```\nkeep `total`"
+    assert instruction_terms(instruction) == ["total", "shown", "keep"]
+    assert instruction_terms("Apply:\n```\nunclosed_fence = 1\n") == ["Apply"]   # an unclosed fence runs to the end
+
+
+def test_identifiers_match_whole_words_and_other_text_as_text():
+    assert term_lines("total", LINES) == [2, 4, 5]       # not total_price (1), not subtotal (5, 6)
+    assert term_lines("subtotal", LINES) == [5, 6]
+    assert term_lines("total += item", LINES) == [4]
+    assert term_lines("missing", LINES) == []
+
+
+def test_locate_keeps_found_terms_with_few_lines_and_ignores_line_endings():
+    assert locate("Rename total to grand_total", LINES) == [("total", [2, 4, 5])]
+    assert locate("Remove `subtotal = total`", LINES) == [("subtotal = total", [5])]
+    common = [f"x = {n}\n" for n in range(MAX_LINES + 1)]
+    assert locate("Rename `x` to `y`", common) == []          # on every line: locates nothing
+    many = "Rename " + " ".join(f"name{n}" for n in range(MAX_TERMS + 2))
+    lines = [f"name{n} = 1\n" for n in range(MAX_TERMS + 2)]
+    assert len(locate(many, lines)) == MAX_TERMS
+
+
+def test_the_hint_has_one_row_per_term_and_is_empty_without_one():
+    # quoted spans first, then bare words
+    assert location_hint("Rename total and `items`", LINES) == (
+        "Lines with `items`: 1, 3\nLines with `total`: 2, 4, 5\n")
+    assert location_hint("Fix the bug", LINES) == ""
