@@ -52,3 +52,12 @@ def test_the_hint_has_one_row_per_term_and_is_empty_without_one():
     assert location_hint("Rename total and `items`", LINES) == (
         "Lines with `items`: 1, 3\nLines with `total`: 2, 4, 5\n")
     assert location_hint("Fix the bug", LINES) == ""
+
+
+def test_only_the_first_candidates_are_searched():
+    """A pasted 20,000-character instruction must not search the input thousands of times."""
+    from backend.core.locate import MAX_CANDIDATES
+
+    words = [f"word{n}" for n in range(MAX_CANDIDATES + 8)]
+    lines = [f"{words[MAX_CANDIDATES - 1]} = 1\n", f"{words[MAX_CANDIDATES]} = 2\n"]
+    assert locate(" ".join(words), lines) == [(words[MAX_CANDIDATES - 1], [1])]

@@ -20,6 +20,9 @@ from collections.abc import Sequence
 from backend.core.lines import strip_line_ending
 
 MAX_TERMS = 4
+# Terms tried at the most: each is searched through every input line, and an instruction may be
+# 20,000 characters (a pasted block outside a fence); training instructions never need more.
+MAX_CANDIDATES = 32
 MAX_LINES = 24
 MIN_TERM_CHARS = 2
 
@@ -70,7 +73,7 @@ def locate(instruction: str, lines: Sequence[str]) -> list[tuple[str, list[int]]
     on 1..MAX_LINES lines. Line endings are ignored."""
     bare = [strip_line_ending(line) for line in lines]
     found: list[tuple[str, list[int]]] = []
-    for term in instruction_terms(instruction):
+    for term in instruction_terms(instruction)[:MAX_CANDIDATES]:
         numbers = term_lines(term, bare)
         if 1 <= len(numbers) <= MAX_LINES:
             found.append((term, numbers))
