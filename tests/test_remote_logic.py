@@ -167,3 +167,19 @@ def test_after_a_copy_ending_on_a_blank_line__the_prompt_holds_the_next_opening(
     assert grammars[1].gbnf.startswith("root ::= item\n") and grammars[0].gbnf.startswith("root ::= item?\n")
     assert grammars[2] == grammars[0]
     assert "".join(e.text for e in events if e.kind == "gen") == "b = 5\n"
+
+
+def test_the_prompt_is_in_the_style_the_served_model_was_trained_for() -> None:
+    """A trained model served remotely gets its own prompt layout (models.yaml `prompt`), not the
+    few-shot examples an untrained model needs."""
+    from backend.runtime.prompt import _render, program_messages
+
+    def first_prompt(**style: str) -> str:
+        client = FakeClient([(['<copy lines="', '1-4'], "stop"), (["<"], "stop")])
+        list(remote_program(client, SOURCE, "Replace `b = 2` with `b = 3`", counter=count, max_new_tokens=100, **style))
+        return str(client.bodies[0]["prompt"])
+
+    assert first_prompt() == _render(None, program_messages(SOURCE, "Replace `b = 2` with `b = 3`"))
+    zero_shot = first_prompt(style="zero-shot")
+    assert zero_shot == _render(None, program_messages(SOURCE, "Replace `b = 2` with `b = 3`", style="zero-shot"))
+    assert len(zero_shot) < len(first_prompt()) and "Lines with `b = 2`: 2" in first_prompt(style="located")

@@ -115,14 +115,16 @@ def remote_program(
     client: CompletionsClient, source: str, instruction: str | None, *, counter: Callable[[str], int],
     template: Any = None, max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
     seed: int | None = None, cancel: threading.Event | None = None, copy_rest: bool = False,
+    style: str = "few-shot",
 ) -> Iterator[DecodeEvent]:
     """Copy-as-decode through a remote engine (see the module docstring); events, then done.
-    `copy_rest`: an early end after a copy copies the rest of the input, as in process (early_end.py)."""
+    `copy_rest`: an early end after a copy copies the rest of the input, as in process (early_end.py).
+    `style`: the prompt style the served model was trained for (its models.yaml `prompt`)."""
     n_lines = line_count(source)
     grammar = ItemGrammar(item_regex(n_lines), item_gbnf(n_lines))
     grammar_after_lt = ItemGrammar(item_regex(n_lines, after_lt=True), item_gbnf(n_lines, after_lt=True))
     lead = ""  # "<" while the prompt ends with the next item's opening (held_lt)
-    context = _render(template, program_messages(source, instruction))
+    context = _render(template, program_messages(source, instruction, style=style))
     run, stream = _Run(counter, started=time.perf_counter(), ttfts=[], prompt_tokens=counter(context)), ProgramStream()
     ops: list[Op] = []
     counts = {"copied": 0, "tag": 0, "gen": 0, "retries": 0, "copies": 0}

@@ -97,8 +97,11 @@ class RemoteEditEngine(EditEngine):
             )
         if request.mode != "model":
             raise EditError("reference mode needs an in-process runtime (torch or llama.cpp): a server cannot force a text")
-        messages = program_messages if request.strategy == "cad" else plain_messages
-        prompt = self.counter.count(_render(None, messages(request.source, request.instruction)))
+        if request.strategy == "cad":
+            messages = program_messages(request.source, request.instruction, style=self.loaded.spec.prompt)
+        else:
+            messages = plain_messages(request.source, request.instruction)
+        prompt = self.counter.count(_render(None, messages))
         output = request.max_new_tokens + (self.counter.count(request.source) if request.strategy == "cad" else 0)
         if prompt + output > self.context_length:
             raise EditError(
@@ -125,7 +128,8 @@ class RemoteEditEngine(EditEngine):
             top_p=request.top_p, seed=request.seed, cancel=cancel,
         )
         if request.strategy == "cad":
-            return remote_program(self.client, request.source, request.instruction, copy_rest=self.copy_rest, **options)
+            return remote_program(self.client, request.source, request.instruction, copy_rest=self.copy_rest,
+                                  style=self.loaded.spec.prompt, **options)
         return remote_plain(self.client, request.source, request.instruction, **options)
 
     def _measure_step(self, context_tokens: int, warmup: int, steps: int) -> float:
