@@ -111,18 +111,22 @@ def _program_events(stream: ProgramStream, text: str, run: _Run) -> Iterator[Dec
         yield run.event(kind, segment, count)
 
 
+def _item_grammars(n_lines: int) -> tuple[ItemGrammar, ItemGrammar]:
+    """The grammar of one item, and of one whose `<` is already in the prompt (held_lt)."""
+    return (ItemGrammar(item_regex(n_lines), item_gbnf(n_lines)),
+            ItemGrammar(item_regex(n_lines, after_lt=True), item_gbnf(n_lines, after_lt=True)))
+
+
 def remote_program(
     client: CompletionsClient, source: str, instruction: str | None, *, counter: Callable[[str], int],
-    template: Any = None, max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
-    seed: int | None = None, cancel: threading.Event | None = None, copy_rest: bool = False,
-    style: str = "few-shot",
+    template: Any = None, style: str = "few-shot", max_new_tokens: int, temperature: float = 0.0,
+    top_p: float = 1.0, seed: int | None = None, cancel: threading.Event | None = None, copy_rest: bool = False,
 ) -> Iterator[DecodeEvent]:
-    """Copy-as-decode through a remote engine (see the module docstring); events, then done.
-    `copy_rest`: an early end after a copy copies the rest of the input, as in process (early_end.py).
-    `style`: the prompt style the served model was trained for (its models.yaml `prompt`)."""
+    """Copy-as-decode through a remote engine (see the module docstring); events, then done. `style`:
+    the prompt style the served model was trained for (its models.yaml `prompt`); `copy_rest`: an early
+    end after a copy copies the rest of the input, as in process (early_end.py)."""
     n_lines = line_count(source)
-    grammar = ItemGrammar(item_regex(n_lines), item_gbnf(n_lines))
-    grammar_after_lt = ItemGrammar(item_regex(n_lines, after_lt=True), item_gbnf(n_lines, after_lt=True))
+    grammar, grammar_after_lt = _item_grammars(n_lines)
     lead = ""  # "<" while the prompt ends with the next item's opening (held_lt)
     context = _render(template, program_messages(source, instruction, style=style))
     run, stream = _Run(counter, started=time.perf_counter(), ttfts=[], prompt_tokens=counter(context)), ProgramStream()
