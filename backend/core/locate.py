@@ -55,8 +55,8 @@ def instruction_terms(instruction: str) -> list[str]:
     for word in _WORD.findall(rest):
         if _CODE_LIKE.search(word) or word.lower() not in _COMMON:
             terms.append(word)
-    seen: set[str] = set()
-    return [t for t in terms if len(t) >= MIN_TERM_CHARS and not (t in seen or seen.add(t))]
+    # dict.fromkeys drops repeats and keeps first-appearance order.
+    return list(dict.fromkeys(t for t in terms if len(t) >= MIN_TERM_CHARS))
 
 
 def term_lines(term: str, lines: Sequence[str]) -> list[int]:
