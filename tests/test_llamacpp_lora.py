@@ -92,7 +92,7 @@ def test_not_an_adapter_directory(tmp_path: Path) -> None:
         lora_gguf_from_peft(tmp_path, gguf_path(get_spec("smollm2-135m")), tmp_path / "x.gguf")
 
 
-@pytest.mark.parametrize("qtype", ["Q8_0", "F32"])
+@pytest.mark.parametrize("qtype", ["Q8_0", "F16", "F32"])
 def test_merged_gguf__llama_cpp_runs_the_merged_weights_like_peft(adapter: dict, tmp_path: Path, qtype: str) -> None:
     """The adapter merged into a copy of the base GGUF lands where PyTorch + peft lands (F32
     merged weights closer than the run-time LoRA path, which rounds activations to 8 bits)."""
@@ -126,7 +126,7 @@ def test_merged_gguf__only_adapted_weights_change(adapter: dict, tmp_path: Path)
     types = {name: kind for name, _shape, kind, _offset in merged.tensors}
     adapted = [name for name in types if any(f".{part}." in name for part in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"))]
     assert len(adapted) == 7 * base.fields["llama.block_count"]
-    assert all(types[name] == gguf.GGMLQuantizationType.Q8_0 for name in adapted)
+    assert all(types[name] == gguf.GGMLQuantizationType.F16 for name in adapted)  # the default type
     kept = {name: kind for name, _shape, kind, _offset in base.tensors if name not in adapted}
     assert kept and all(types[name] == kind for name, kind in kept.items())
     assert all(offset % merged.alignment == 0 for _name, _shape, _kind, offset in merged.tensors)
@@ -165,4 +165,4 @@ def test_cache_file_name__a_model_path_never_names_a_folder(name__file):
 
     name, expected = name__file
     assert cache_file_name(name, "abc", "") == expected
-    assert "/" not in cache_file_name(name, "abc", "-merged-Q8_0")
+    assert "/" not in cache_file_name(name, "abc", "-merged-F16")

@@ -82,7 +82,7 @@ def test_serve_print_shows_a_command_that_finds_the_launcher(capsys) -> None:
 
 
 def test_unrepacked_weights_compute_the_same_next_tokens(monkeypatch) -> None:
-    """The shipped model (merged Q8_0 GGUF) unrepacked and as "auto" loads it: same greedy choices.
+    """The shipped model (merged F16 GGUF) unrepacked and as "auto" loads it: same greedy choices.
     Where repacking is allowed (no AMX) that compares the two paths; on an AMX CPU "auto" is "off"
     too (forcing "on" there could crash this process), and test_llamacpp's comparison with PyTorch,
     run under "auto", checks the unrepacked path against the float32 model."""

@@ -144,7 +144,7 @@ def test_serve_command__adapter_entries_get_their_merged_gguf() -> None:
     assert "--lora_path" not in base and base[base.index("--n_ctx") + 1] == "8192"
     adapter = server_command("smollm2-135m-cad", "127.0.0.1", 8080, 2048)
     # the adapter merged into a copy of the base GGUF: one model file, no run-time LoRA
-    assert adapter[4] != base[4] and adapter[4].endswith("-merged-Q8_0.gguf") and "--lora_path" not in adapter
+    assert adapter[4] != base[4] and adapter[4].endswith("-merged-F16.gguf") and "--lora_path" not in adapter
     assert adapter[adapter.index("--model_alias") + 1] == "smollm2-135m-cad"
     from backend.__main__ import main
 

@@ -291,10 +291,10 @@ def _attach_lora(llama_cpp: Any, llama_model: Any, context: Any, lora: Path, sca
 
 def gguf_files(spec: ModelSpec, *, merge: bool = True) -> tuple[Path, Path | None]:
     """(model GGUF, LoRA GGUF or None) of an entry: a gguf-package entry is its file; an adapter
-    entry is, by default, its base's file with the peft adapter merged in (`merged_gguf`, Q8_0
-    merged weights: against llama.cpp's run-time LoRA over Q4_1, copy-as-decode's decode 1.36x and
-    the prompt prefill 1.76x faster on a 2-core CPU, with logits as close to the PyTorch model the adapter was trained
-    on; docs/results.md), or with `merge=False` the base's file plus the adapter as a LoRA GGUF. Both
+    entry is, by default, its base's file with the peft adapter merged in (`merged_gguf`, F16
+    merged weights, the closest to the PyTorch model the adapter was trained on; merged as Q8_0,
+    against llama.cpp's run-time LoRA over Q4_1, copy-as-decode's decode was 1.36x and the prompt
+    prefill 1.76x faster on a 2-core CPU; docs/results.md), or with `merge=False` the base's file plus the adapter as a LoRA GGUF. Both
     are converted once and cached under the user cache dir, keyed by the adapter files' contents.
     ModelUnavailable for other kinds."""
     if spec.source.kind == "gguf-package":
@@ -319,7 +319,7 @@ def cache_file_name(model_name: str, digest: str, suffix: str) -> str:
 
 def cached_adapter_gguf(spec: ModelSpec, base_gguf: Path, form: str) -> Path:
     """The entry's peft adapter for llama.cpp, converted on first use: `form` "lora" a LoRA GGUF
-    (~1 s), "merged" the base GGUF with the adapter merged in (`merged_gguf`, ~4 s, 145 MB)."""
+    (~1 s), "merged" the base GGUF with the adapter merged in (`merged_gguf`, ~4 s, 244 MB)."""
     from backend.runtime.lora_gguf import lora_gguf_from_peft
     from backend.runtime.merged_gguf import DEFAULT_MERGED_TYPE, merged_gguf_from_peft
 

@@ -2,16 +2,19 @@
 
 llama.cpp applies a LoRA GGUF as extra graph nodes in every adapted matmul (A x, B (A x), scale,
 add: 7 modules x 30 layers for SmolLM2). Merging removes them: W' = W + (alpha / r) B A, written
-back quantised. Measured on a 2-core AVX2 CPU against the LoRA GGUF over the Q4_1 base
+back as F16 (below). Measured with Q8_0 on a 2-core AVX2 CPU against the LoRA GGUF over the Q4_1 base
 (docs/results.md): copy-as-decode's decode 1.36x and the prompt prefill 1.76x faster end to end;
 single forwards: a decode step 1.16x, a 128-token forward 1.6x, a 1,000-token prefill 1.9x
 (Q8_0 has llama.cpp's tiled CPU matmul for batches; Q4_1 falls back to row-by-row dots).
 
 The file is the base GGUF byte for byte (header, metadata, every tensor the adapter does not
-touch) except the adapted weights, which are de-quantised, merged and quantised again as `qtype`
-(Q8_0 by default: re-quantising the merged weight as Q4_1 adds a second 4-bit rounding on top of
-the one the adapter was trained against, which moved the logits as far as dropping the adapter;
-Q8_0's rounding is 16x finer). The metadata is copied as raw bytes, so nothing re-parses the 49k-entry
+touch) except the adapted weights, which are de-quantised, merged and stored again as `qtype`.
+F16 by default: the merged weights then stay what the adapter was trained against (the de-quantised
+Q4_1 base plus the adapter's delta) up to F16's rounding. Re-quantising them as Q4_1 adds a second
+4-bit rounding, which moved the logits as far as dropping the adapter; Q8_0 (the default until
+2026-12-06) is 16x finer, but on 160 held-out dev cases the shipped adapter wrote 5 more exact
+programs merged as F16 than as Q8_0 and lost none, for 1.15x the decode and 1.12x the prefill time
+on the programs both wrote alike (a 2-core AVX2 CPU; docs/results.md, "The merged weights' precision"). The metadata is copied as raw bytes, so nothing re-parses the 49k-entry
 vocabulary (gguf.GGUFReader would). The rows of q/k B are permuted as in `lora_gguf`.
 """
 
@@ -27,7 +30,7 @@ import numpy as np
 
 from backend.runtime.lora_gguf import _base_facts, _check_config, _Header, _read_adapter, adapter_tensors, lora_alpha
 
-DEFAULT_MERGED_TYPE = "Q8_0"
+DEFAULT_MERGED_TYPE = "F16"
 
 
 def _gguf_string(text: str) -> bytes:
