@@ -4,7 +4,7 @@ finishes valid programs on a fixed subset of the dev split (files never seen in 
 Measured for the adapter shipped on 2026-12-04 (run 11, step 189; greedy, deterministic, 400 new
 tokens, the decoder that tokenises a copy followed by more program as training does): torch 14/14
 programs finished and valid, 3/14 exact, mean line similarity 0.956; llama.cpp (the adapter merged
-into the GGUF as Q8_0, what it loads) 14/14, 4/14, 0.957, on a 2-core AMD EPYC. The adapter before
+into the GGUF as Q8_0, what it loaded until 2026-12-06; F16 since) 14/14, 4/14, 0.957, on a 2-core AMD EPYC. The adapter before
 it (run 3), with the decoder before that change, measured 2/14 on both (the untrained model with the few-shot prompt finishes none; an
 unchanged copy of the input scores 0.956, so similarity alone says little). The exact floor sits one
 case under the lower measurement, so a model that stops editing exactly fails; finished and
