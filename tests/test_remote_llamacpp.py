@@ -82,8 +82,10 @@ def test_cad_through_the_server__a_valid_program_streamed_as_events(engine: Remo
     ops = parse_program(result.program)
     assert result.output == resolve_program(ops, SOURCE)  # every copy in range, i <= j
     streamed_program = "".join(e.text for e in events if e.kind in ("tag", "gen"))
-    if result.stop_reason == "max_tokens" and streamed_program.count("<gen>") > streamed_program.count("</gen>"):
-        streamed_program += "</gen>"  # stopped inside a gen: its text so far is kept, unclosed
+    # stopped inside a gen: its text so far is kept, unclosed. A gen's text may hold "<gen>" (the model
+    # wrote it) but never "</gen>", so a "<gen>" after the last "</gen>" means the last gen is open
+    if result.stop_reason == "max_tokens" and streamed_program.rfind("<gen>") > streamed_program.rfind("</gen>"):
+        streamed_program += "</gen>"
     assert parse_program(streamed_program) == ops  # events carry the program exactly
     copies = [e.text for e in events if e.kind == "copy"]
     assert copies == [resolve_program([op], SOURCE) for op in ops if isinstance(op, CopyLines)]
