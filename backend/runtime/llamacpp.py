@@ -294,8 +294,8 @@ def gguf_files(spec: ModelSpec, *, merge: bool = True) -> tuple[Path, Path | Non
     entry is, by default, its base's file with the peft adapter merged in (`merged_gguf`, F16
     merged weights, the closest to the PyTorch model the adapter was trained on; merged as Q8_0,
     against llama.cpp's run-time LoRA over Q4_1, copy-as-decode's decode was 1.36x and the prompt
-    prefill 1.76x faster on a 2-core CPU; docs/results.md), or with `merge=False` the base's file plus the adapter as a LoRA GGUF. Both
-    are converted once and cached under the user cache dir, keyed by the adapter files' contents.
+    prefill 1.76x faster on a 2-core CPU; docs/results.md), or with `merge=False` the base's file
+    plus the adapter as a LoRA GGUF. Both are converted once and cached under the user cache dir, keyed by the adapter files' contents.
     ModelUnavailable for other kinds."""
     if spec.source.kind == "gguf-package":
         return gguf_path(spec), None

@@ -14,8 +14,9 @@ Q4_1 base plus the adapter's delta) up to F16's rounding. Re-quantising them as 
 4-bit rounding, which moved the logits as far as dropping the adapter; Q8_0 (the default until
 2026-12-06) is 16x finer, but on 160 held-out dev cases the shipped adapter wrote 5 more exact
 programs merged as F16 than as Q8_0 and lost none, for 1.15x the decode and 1.12x the prefill time
-on the programs both wrote alike (a 2-core AVX2 CPU; docs/results.md, "The merged weights' precision"). The metadata is copied as raw bytes, so nothing re-parses the 49k-entry
-vocabulary (gguf.GGUFReader would). The rows of q/k B are permuted as in `lora_gguf`.
+on the programs both wrote alike (a 2-core AVX2 CPU; docs/results.md, "The merged weights'
+precision"). The metadata is copied as raw bytes, so nothing re-parses the 49k-entry vocabulary
+(gguf.GGUFReader would). The rows of q/k B are permuted as in `lora_gguf`.
 """
 
 from __future__ import annotations
