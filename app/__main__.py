@@ -55,6 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="model mode: let the model write every edit (default: an update snippet with `... existing code ...` "
              "markers or a unified diff that the snippet aligner places with certainty is merged by it, and the "
              "status says so)")
+    add("--no-rename-guard", action="store_true",
+        help="model mode: let copies take the lines a rename must rewrite (default, in process: when the "
+             "instruction asks only for a rename, the program keeps a rename's shape and the model writes the "
+             "lines holding the old name; backend/runtime/rename_guard.py)")
     add("--tuned-lookup", default=None, metavar="N/K",
         help="the tuned prompt-lookup setting the Compare tab runs beside the 2/10 defaults "
              "(default: the bench's fastest on held-out commit edits, see docs/results.md)")
@@ -141,7 +145,7 @@ def serve(args: argparse.Namespace, credentials: tuple[tuple[str, str], ...]) ->
                        data_dir=args.data_dir, update_interval_s=max(0.02, args.update_interval),
                        max_waiting=args.max_waiting, run_seconds=args.run_seconds,
                        runtime=args.runtime, engine_url=args.engine_url, engine_kind=args.engine_kind,
-                       align_snippets=not args.no_align_snippets,
+                       align_snippets=not args.no_align_snippets, guard_renames=not args.no_rename_guard,
                        **_tuned_lookup(args.tuned_lookup))
     service = AppService(config)
     print(f"database: {service.storage.location}", flush=True)  # the operator's log only, never the page

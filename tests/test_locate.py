@@ -1,6 +1,10 @@
 """The location hint: which input lines hold the names an instruction mentions."""
 
-from backend.core.locate import MAX_LINES, MAX_TERMS, instruction_terms, locate, location_hint, term_lines
+import pytest
+
+from backend.core.locate import (
+    MAX_LINES, MAX_TERMS, instruction_terms, locate, location_hint, rename_lines, requested_rename, term_lines,
+)
 
 LINES = [
     "def total_price(items):\n",
@@ -61,3 +65,30 @@ def test_only_the_first_candidates_are_searched():
     words = [f"word{n}" for n in range(MAX_CANDIDATES + 8)]
     lines = [f"{words[MAX_CANDIDATES - 1]} = 1\n", f"{words[MAX_CANDIDATES]} = 2\n"]
     assert locate(" ".join(words), lines) == [(words[MAX_CANDIDATES - 1], [1])]
+
+
+@pytest.mark.parametrize("instruction, expected", [
+    ("Rename `min_length` -> `min_length2`.", ("min_length", "min_length2")),
+    ("Change the name `k` to `k2` throughout.", ("k", "k2")),
+    ("Use the name error_value instead of error.", ("error", "error_value")),
+    ("Rename the variable total to subtotal", ("total", "subtotal")),
+    ("rename the function 'load' as \"load_all\"", ("load", "load_all")),
+    ("Please rename $el to $elem everywhere", ("$el", "$elem")),
+    ("Rename `variable` to `var2`.", ("variable", "var2")),
+    ("Fix the bug.", None),
+    ("Change 1 to 2 on line 12.", None),
+    ("Rename x to x.", None),                                   # nothing to do: not a rename
+    ("Rename the file to main.py", None),                       # "the file" names no identifier
+    ("Update the code as shown:\n```\n# rename a to b\n```", None),  # a snippet's code is not read
+    ("Please rename `a` to `b` everywhere in this file.", ("a", "b")),
+    ("Rename a to b, then delete line 5.", None),               # more than a rename: no shape to keep
+    ("Delete line 3. Then Rename `a` -> `b`.", None),
+])
+def test_requested_rename_reads_the_usual_wordings(instruction, expected):
+    assert requested_rename(instruction) == expected
+
+
+def test_rename_lines_are_the_lines_holding_the_old_name_as_a_word():
+    assert rename_lines("Rename total to grand_total", LINES) == [2, 4, 5]
+    assert rename_lines("Delete line 2.", LINES) == []
+    assert rename_lines("Rename missing to found", LINES) == []

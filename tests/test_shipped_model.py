@@ -31,17 +31,20 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module", params=["torch", "llama.cpp"])
-def evaluation(request) -> dict:
+def evaluation(request, tmp_path_factory) -> dict:
     """The subset evaluated on each CPU runtime: torch, and llama.cpp (what `--runtime auto`, the
-    default, picks on a machine without CUDA: the adapter merged into a copy of the Q4_1 base GGUF)."""
+    default, picks on a machine without CUDA: the adapter merged into a copy of the Q4_1 base GGUF).
+    The per-case rows are under the document's "rows"."""
+    rows = tmp_path_factory.mktemp("evaluate") / "rows.jsonl"
     done = subprocess.run(
         [sys.executable, "-m", "backend", "evaluate", str(SUBSET), "--model", MODEL, "--max-new-tokens", "400",
-         "--runtime", request.param],
+         "--runtime", request.param, "--out", str(rows)],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     document = json.loads(done.stdout.strip().splitlines()[-1])
     assert document["runtime"] == request.param
+    document["rows"] = [json.loads(line) for line in rows.read_text().splitlines()]
     return document
 
 
@@ -70,3 +73,25 @@ def test_shipped_model__finishes_programs_and_edits_exactly(evaluation):
     assert corpus["finished_valid"] >= FINISHED_FLOOR
     assert corpus["line_similarity"] >= SIMILARITY_FLOOR
     assert corpus["exact_match"] >= EXACT_FLOOR - 1e-9
+
+
+def test_renames_keep_their_shape_on_the_real_model(evaluation):
+    """The rename guard (backend/runtime/rename_guard.py) on by default: each rename's output has the
+    input's lines, every line without the old name unchanged, whatever the model wrote."""
+    from backend.core.lines import split_lines
+    from backend.core.locate import rename_lines
+    from backend.core.program import parse_program
+    from backend.core.resolve import resolve_program
+
+    assert evaluation["guard_renames"] is True
+    cases = {case["id"]: case for case in map(json.loads, SUBSET.read_text().splitlines())}
+    renames = [row for row in evaluation["rows"] if row["kind"] == "rename"]
+    assert len(renames) == 2
+    for row in renames:
+        case = cases[row["id"]]
+        source = split_lines(case["source"])
+        output = split_lines(resolve_program(parse_program(row["program"]), case["source"]))
+        kept_out = set(rename_lines(case["instruction"], source))
+        assert kept_out and row["kept_out_refused"] > 0
+        assert len(output) == len(source)
+        assert all(out == src for n, (out, src) in enumerate(zip(output, source), 1) if n not in kept_out)

@@ -43,9 +43,9 @@ from backend.runtime.request import STRATEGIES as ENGINE_STRATEGIES
 
 def load_engine(name: str | None, *, limits: Any = None, runtime: str = "auto", engine_url: str | None = None,
                 engine_kind: str | None = None, copy_rest: bool = True, avoid_noops: bool = False,
-                search_branches: int = 0, align_snippets: bool = True) -> Any:
+                search_branches: int = 0, align_snippets: bool = True, guard_renames: bool = True) -> Any:
     """An EditEngine on the named model (default: models.yaml's default) in `runtime`, or on a remote
-    server (engine_url + engine_kind; docs/DEPLOY.md); `copy_rest`, `avoid_noops`, `search_branches`, `align_snippets` as open_engine's. UsageError if
+    server (engine_url + engine_kind; docs/DEPLOY.md); `copy_rest`, `avoid_noops`, `search_branches`, `align_snippets`, `guard_renames` as open_engine's. UsageError if
     unavailable."""
     from backend.runtime.engine import EditError
     from backend.runtime.models import ModelUnavailable
@@ -54,7 +54,7 @@ def load_engine(name: str | None, *, limits: Any = None, runtime: str = "auto", 
     try:
         return open_engine(name, runtime=runtime, engine_url=engine_url, engine_kind=engine_kind, limits=limits,
                            copy_rest=copy_rest, avoid_noops=avoid_noops, search_branches=search_branches,
-                           align_snippets=align_snippets)
+                           align_snippets=align_snippets, guard_renames=guard_renames)
     except (ModelUnavailable, EditError, ValueError) as error:
         raise UsageError(str(error)) from None
 
@@ -64,6 +64,13 @@ def add_align_flag(parser: argparse.ArgumentParser) -> None:
                         help="let the model write every edit (default: an update snippet with `... existing code ...` "
                         "markers or a unified diff that the aligner places with certainty is merged by it; "
                         "backend/core/carried_edit.py)")
+
+
+def add_rename_guard_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--no-rename-guard", action="store_true",
+                        help="let copies take the lines a rename must rewrite (default, in process: when the "
+                        "instruction asks for a rename, no copy may take a line holding the old name; "
+                        "backend/runtime/rename_guard.py)")
 
 
 def _runtime_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -99,7 +106,8 @@ def cmd_edit(args: argparse.Namespace) -> int:
     # the app's rules: no empty input, no blank instruction; --no-copy-rest: the program as the model ended it
     engine = load_engine(args.model, limits=CLI_LIMITS, copy_rest=not args.no_copy_rest,
                          avoid_noops=args.refuse_noops, search_branches=args.search,
-                         align_snippets=not args.no_align_snippets, **_runtime_options(args))
+                         align_snippets=not args.no_align_snippets, guard_renames=not args.no_rename_guard,
+                         **_runtime_options(args))
     try:
         events = engine.run(
             source, args.instruction, strategy=args.strategy, mode=mode, target=target,
@@ -284,6 +292,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--search", type=non_negative_int, default=0, metavar="K",
                    help="likelihood search (model mode, greedy, in process): also decode K branches of the greedy program, each taking the runner-up at one of its K least certain choices, and keep the most probable finished program (backend/runtime/search.py); costs about K+1 decodes")
     add_align_flag(p)
+    add_rename_guard_flag(p)
     _add_runtime_flags(p, remote=True)
     p.set_defaults(handler=cmd_edit)
 

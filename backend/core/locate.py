@@ -86,3 +86,49 @@ def location_hint(instruction: str, lines: Sequence[str]) -> str:
     """The prompt's hint: one ``Lines with `term`: 3, 7`` row per located term ("" when none)."""
     return "".join(f"Lines with `{term}`: {', '.join(map(str, numbers))}\n"
                    for term, numbers in locate(instruction, lines))
+
+
+# A rename the instruction asks for, in the wordings people use for it ("Rename a to b",
+# "rename the variable `a` -> `b` everywhere", "Change the name a to b", "Use the name b instead of
+# a"). Names may be in backticks or quotes; the old name must be one identifier (a rename of text
+# is a replace, not a rename).
+_NAME = r"[`'\"]?([A-Za-z_$][A-Za-z0-9_$]*)[`'\"]?(?![A-Za-z0-9_$]|\.\w)"  # a whole name, not a file's
+_KIND = r"(?:(?:variable|function|method|class|parameter|argument|attribute|field|constant|identifier|name|symbol)\s+)?"
+_RENAMES = (
+    (re.compile(rf"\brename\s+(?:the\s+)?{_KIND}{_NAME}\s*(?:to|->|=>|→|as|into)\s*{_NAME}", re.I), 1, 2),
+    (re.compile(rf"\bchange\s+the\s+name\s+(?:of\s+)?{_KIND}{_NAME}\s+to\s+{_NAME}", re.I), 1, 2),
+    (re.compile(rf"\buse\s+the\s+name\s+{_NAME}\s+instead\s+of\s+{_KIND}{_NAME}", re.I), 2, 1),
+)
+
+
+# Words that may stand around a rename without asking for anything more ("Please rename a to b
+# everywhere in this file."). Anything else ("... and delete line 5") makes it more than a rename.
+_RENAME_FILLER = frozenset("""
+please rename the a an every everywhere throughout all its uses use occurrences occurrence of in
+this that file code module function class snippet globally consistently here below above it
+""".split())
+
+
+def requested_rename(instruction: str) -> tuple[str, str] | None:
+    """(old, new) when `instruction` asks for an identifier to be renamed and for nothing else,
+    else None. An instruction with a fenced block (an update snippet) is never a rename."""
+    if _FENCED.search(instruction):
+        return None
+    for pattern, old_group, new_group in _RENAMES:
+        match = pattern.search(instruction)
+        if not match or match.group(old_group) == match.group(new_group):
+            continue
+        rest = instruction[: match.start()] + " " + instruction[match.end():]
+        if all(word.lower() in _RENAME_FILLER for word in _WORD.findall(rest)) and not re.search(r"\d", rest):
+            return match.group(old_group), match.group(new_group)
+    return None
+
+
+def rename_lines(instruction: str, lines: Sequence[str]) -> list[int]:
+    """The 1-based numbers of the input lines that hold the name `instruction` asks to rename (as a
+    whole word); [] when it asks for no rename. A rename must rewrite each of them, so no copy may
+    take one as it is (backend/runtime/rename_guard.py)."""
+    rename = requested_rename(instruction)
+    if rename is None:
+        return []
+    return term_lines(rename[0], [strip_line_ending(line) for line in lines])

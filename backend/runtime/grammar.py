@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from backend.core.char_grammar import GEN_CLOSE
 from backend.core.fsm import TokenFSM
 from backend.core.fsm_state import FSMState
 from backend.core.program import CopyLines
@@ -45,6 +46,7 @@ class Grammar:
     device: Any
     _by_key: dict[tuple, tuple[bool, torch.Tensor]] = field(default_factory=dict)
     _close_ids: dict[FSMState, tuple[int, ...]] = field(default_factory=dict)
+    _gen_close_ids: dict[int, torch.Tensor] = field(default_factory=dict)
 
     @classmethod
     def for_model(cls, loaded: Any) -> Grammar:
@@ -66,6 +68,18 @@ class Grammar:
         if raw is None:
             raw = (self.vocabulary.texts[token_id] or "").encode("utf-8")
         return raw
+
+    def gen_close_ids(self, written: int) -> torch.Tensor:
+        """The ids that go on closing a gen whose text ends with the first `written` characters of
+        '</gen>': their text is a non-empty prefix of the rest of it, or the rest and more
+        (rename_guard.py makes a full gen choose among them). Built once per `written`."""
+        found = self._gen_close_ids.get(written)
+        if found is None:
+            rest = GEN_CLOSE[written:].encode()
+            ids = [i for i in range(min(len(self.vocabulary.texts), self.logits_size))
+                   if (raw := self.token_bytes(i)) and (rest.startswith(raw) or raw.startswith(rest))]
+            found = self._gen_close_ids[written] = torch.tensor(ids, dtype=torch.long, device=self.device)
+        return found
 
     def allowed_ids(self, state: FSMState) -> tuple[int, ...]:
         """The ids the decoder may choose from `state` (the FSM's set, minus tokens that would put

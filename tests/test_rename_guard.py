@@ -1,0 +1,164 @@
+"""A rename's program shape (backend/core/keep_out.py) and the decoder's guard that keeps a model in it
+(backend/runtime/rename_guard.py). Pure functions first, then the decoder on the fake model
+(tests/fake_model.py)."""
+
+import pytest
+import torch
+
+from backend.core.char_grammar import BETWEEN, FIRST_LINE, IN_GEN, IN_TAG, LAST_LINE
+from backend.core.fsm import TokenFSM
+from backend.core.keep_out import RenameShape, gen_line_count
+from backend.core.program import CopyLines, Gen
+from backend.runtime.decoder import decode_program
+from backend.runtime.grammar import Grammar
+from backend.runtime.prompt import context_text, reference_program
+from backend.runtime.rename_guard import rename_shape
+from fake_model import VOCAB_SIZE, FakeModel, byte_vocabulary
+
+SOURCE = "a = 1\nb = a\nc = 2\nd = a + c\ne = 3\n"
+RENAME = "Rename a to x"
+RENAMED = "x = 1\nb = x\nc = 2\nd = x + c\ne = 3\n"
+SHAPE = RenameShape((1, 2, 4), 5)  # the lines holding `a`
+
+
+def test_gen_line_count_counts_a_last_line_without_an_ending():
+    assert [gen_line_count(t) for t in ("x\n", "x\ny\n", "x", "x\ny", "")] == [1, 2, 1, 2, 0]
+
+
+def test_the_shape_of_the_renamed_program_is_covered_to_the_end():
+    ops = [Gen("x = 1\nb = x\n"), CopyLines(3, 3), Gen("d = x + c\n"), CopyLines(4 + 1, 5)]
+    assert SHAPE.covered(ops) == 6 and SHAPE.may_end(ops, None)
+
+
+@pytest.mark.parametrize("ops", [
+    [CopyLines(1, 1)],                              # a copy takes a kept-out line
+    [Gen("x = 1\n"), CopyLines(3, 3)],              # line 2 skipped
+    [Gen("x = 1\nb = x\nc = 2\n")],                 # a gen runs past the kept-out lines
+    [Gen("x = 1\nb = x\n"), Gen("c = 2\n")],        # a gen on a free line
+    [Gen("x = 1\nb = x")],                            # a line without its ending before a copy
+])
+def test_programs_out_of_shape_are_not_covered(ops):
+    assert SHAPE.covered(ops) is None and not SHAPE.may_end(ops, None)
+
+
+def test_a_copy_may_stop_short_of_the_next_kept_out_line_and_go_on():
+    assert SHAPE.covered([Gen("x = 1\nb = x\n"), CopyLines(3, 3)]) == 4
+    shape = RenameShape((3,), 9)
+    assert shape.covered([CopyLines(1, 1), CopyLines(2, 2)]) == 3
+
+
+@pytest.mark.parametrize("core, before, expected", [
+    ((IN_TAG, "<", 0, 0), [], True),                                 # copy or gen: lines are left
+    ((IN_TAG, "<c", 0, 0), [], False),                               # line 1 is kept out: no copy
+    ((IN_TAG, "<g", 0, 0), [], True),                                # ... so a gen
+    ((IN_TAG, "<g", 0, 0), [Gen("x = 1\nb = x\n")], False),          # line 3 is free: no gen
+    ((FIRST_LINE, "3"), [Gen("x = 1\nb = x\n")], True),
+    ((FIRST_LINE, "4"), [Gen("x = 1\nb = x\n")], False),             # a copy starts at the next line
+    ((LAST_LINE, "3", 3), [Gen("x = 1\nb = x\n")], True),
+    ((LAST_LINE, "4", 3), [Gen("x = 1\nb = x\n")], False),           # ... and stops before line 4
+    ((IN_TAG, '"', 3, 3), [Gen("x = 1\nb = x\n")], True),
+    ((IN_TAG, '"', 3, 4), [Gen("x = 1\nb = x\n")], False),
+    ((IN_TAG, "<", 0, 0), [Gen("x = 1\nb = x\n"), CopyLines(3, 3), Gen("d = x + c\n"), CopyLines(5, 5)], False),
+    ((BETWEEN, True), [CopyLines(1, 1)], False),                     # a completed op out of shape
+])
+def test_allows_judges_copy_and_gen_openings(core, before, expected):
+    assert SHAPE.allows(core, "", before, []) is expected
+
+
+def test_an_open_gen_may_write_the_kept_out_run_and_nothing_after_its_last_line_end():
+    gen = (IN_GEN, 0, True)
+    assert SHAPE.allows(gen, "x = 1\nb = ", [], [])
+    assert SHAPE.allows(gen, "x = 1\nb = x\n", [], [])
+    assert not SHAPE.allows(gen, "x = 1\nb = x\nc", [], [])
+    assert SHAPE.gen_is_full(1, "x = 1\nb = x\n") and not SHAPE.gen_is_full(1, "x = 1\n")
+
+
+def test_a_run_of_kept_out_lines_may_be_written_by_several_gens():
+    assert SHAPE.covered([Gen("x = 1\n"), Gen("b = x\n"), CopyLines(3, 3)]) == 4
+
+
+def test_a_gen_may_leave_the_ending_off_the_input_s_last_line_only():
+    shape = RenameShape((2,), 2)
+    assert shape.may_end([CopyLines(1, 1), Gen("b = x")], None)
+    assert RenameShape((1,), 2).covered([Gen("x = 1")]) is None  # line 2 would join line 1
+
+
+def test_the_program_may_end_only_with_the_input_covered():
+    ops = [Gen("x = 1\nb = x\n"), CopyLines(3, 3), Gen("d = x + c\n"), CopyLines(5, 5)]
+    assert SHAPE.may_end(ops, None)
+    assert not SHAPE.may_end(ops[:3], None)                 # line 5 left out
+    assert SHAPE.may_end(ops[:3], (5, 5))                   # ... unless the decoder copies the rest
+    assert not SHAPE.may_end(ops[:2], (4, 5))               # a rest holding a kept-out line
+
+
+def test_rename_shape_is_none_unless_a_rename_names_lines_of_the_input():
+    assert rename_shape(SOURCE, RENAME) == SHAPE
+    assert rename_shape(SOURCE, "Delete line 2.") is None
+    assert rename_shape(SOURCE, "Rename zzz to y") is None
+    assert rename_shape(SOURCE, None) is None
+
+
+# -- the decoder, on the fake model --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def grammar():
+    vocabulary = byte_vocabulary()
+    return Grammar(vocabulary, TokenFSM(vocabulary), VOCAB_SIZE, torch.device("cpu"))
+
+
+def run(script_ops, grammar, instruction=RENAME, **options):
+    events = list(decode_program(FakeModel(context_text(script_ops, SOURCE)), SOURCE, instruction, grammar=grammar,
+                                 max_new_tokens=200, **options))
+    return events[-1].result
+
+
+def in_shape(result) -> bool:
+    """The output keeps the rename's shape: as many lines, the lines without `a` unchanged."""
+    out, src = result.output.splitlines(), SOURCE.splitlines()
+    return len(out) == len(src) and all(o == s for n, (o, s) in enumerate(zip(out, src), 1) if n not in SHAPE.keep_out)
+
+
+RIGHT = [Gen("x = 1\nb = x\n"), CopyLines(3, 3), Gen("d = x + c\n"), CopyLines(5, 5)]
+
+
+def test_a_program_already_in_shape_is_left_alone(grammar):
+    result = run(RIGHT, grammar, guard_renames=True)
+    assert result.output == RENAMED and result.metrics.kept_out_refused == 0 and result.stop_reason == "eos"
+
+
+@pytest.mark.parametrize("ops", [
+    [CopyLines(1, 5)],                                              # copies the input unchanged
+    [CopyLines(1, 1), Gen("b = x\n"), CopyLines(3, 5)],             # renames one line, copies the rest
+    [Gen("x = 1\nb = x\nc = 2\nd = x + c\n"), CopyLines(5, 5)],     # one gen over a free line
+    [CopyLines(2, 5)],                                              # drops line 1
+])
+def test_the_guard_keeps_any_program_in_the_shape(grammar, ops):
+    raw = run(ops, grammar)
+    assert raw.metrics.kept_out_refused == 0 and SHAPE.covered(_ops(raw)) is None  # out of shape unguarded
+    result = run(ops, grammar, guard_renames=True)
+    assert result.metrics.kept_out_refused >= 1
+    assert result.stop_reason == "eos" and in_shape(result), result.program
+    assert SHAPE.covered(_ops(result)) == 6  # every copy on free lines, read front to back, to the end
+
+
+def test_a_full_gen_is_closed_and_the_next_line_copied(grammar):
+    """The script's gen runs on over free line 3; the guard closes it after line 2 and copy 3 follows,
+    so line 3 comes out as it was, not as the model rewrote it."""
+    ops = [Gen("x = 1\nb = x\nC = 2\n"), CopyLines(4, 5)]
+    result = run(ops, grammar, guard_renames=True)
+    assert result.program.startswith('<gen>x = 1\nb = x\n</gen>') and '<copy lines="3-3"/>' in result.program
+    assert in_shape(result) and result.output.startswith("x = 1\nb = x\nc = 2\n")
+
+
+def test_no_guard_without_a_rename_or_in_a_reference_replay(grammar):
+    unchanged = [CopyLines(1, 5)]
+    assert run(unchanged, grammar, instruction="Tidy up.", guard_renames=True).output == SOURCE
+    forced = run(unchanged, grammar, guard_renames=True, force_program=reference_program(unchanged))
+    assert forced.output == SOURCE and forced.metrics.kept_out_refused == 0
+
+
+def _ops(result):
+    from backend.core.program import parse_program
+
+    return parse_program(result.program)
