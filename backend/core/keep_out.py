@@ -5,11 +5,12 @@ finds them) and keeps every other line, in order, one output line per input line
 reads the input front to back: each copy starts at the line after what the program has covered so
 far and takes no kept-out line (one holding the old name); a gen starts only on a kept-out line and
 writes at most the run of kept-out lines there, line for line, each line with its ending; and the
-program ends only when the input is covered. The 135M model mostly copies such lines unchanged, puts gens elsewhere and skips lines
-(docs/results.md: rename 0/22 held-out). Within the shape, where the gens go is fixed; what each
-rewritten line says, and where a copy or a gen is split, stays the model's choice. (Forcing one gen
-per run of kept-out lines was measured and is worse: refused its usual close after one line, the
-model pads the gen with blank lines; 9/22 renames exact against 11/22.)
+program ends only when the input is covered. The 135M model mostly copies such lines unchanged, puts
+gens elsewhere and skips lines (docs/results.md: rename 0/22 held-out). Within the shape, where the
+gens go is fixed; what each rewritten line says, and where a copy or a gen is split, stays the
+model's choice. (Forcing one gen per run of kept-out lines was measured and is worse: refused its
+usual close after one line, the model pads the gen with blank lines; 9/22 renames exact against
+11/22.)
 
 `RenameShape.allows` judges the grammar position a token leads to: whether the program can still
 be finished in the shape. Every position it allows extends to a valid program in the shape, as the

@@ -121,8 +121,7 @@ def next_token(run: DecodeRun, logits: torch.Tensor) -> int | None:
         token = run.grammar.choose(logits, run.state, temperature, top_p, generator)
         if run.avoid_noops:
             token = refuse_noops(run, logits, token)
-        if run.rename_shape is not None:
-            token = keep_rename_shape(run, logits, token)
+        token = keep_rename_shape(run, logits, token)  # the model's choice unless a rename's shape is kept
     if token is None:
         run.stop("error", f"no token allowed in state {run.state.mode!r}")
     elif token == run.grammar.eos_id:
@@ -284,8 +283,7 @@ def decode_program(
     a gen) is checked in the forward that enters the copy or the gen's close (hybrid.py); False
     decodes every chosen tag token in its own step (to measure what the drafts save).
     `prompt_ids`: the program prompt already tokenised (default: `program_prompt_ids`, model's style).
-    `copy_rest` / `avoid_noops` / `guard_renames` (model mode): early_end.py / noop_guard.py /
-    rename_guard.py (no copy takes a line holding the name `instruction` asks to rename).
+    `copy_rest` / `avoid_noops` / `guard_renames` (model mode): early_end / noop_guard / rename_guard.py.
     `trace` (model mode, greedy): every choice is recorded with its log-probability and the
     runner-up's (`DecodeResult.choices`); `decisions`: the first choices are these tokens, then
     greedy (search.py branches a run this way; the no-op rule is off in a traced run).
@@ -294,9 +292,8 @@ def decode_program(
     program repeating itself ("loop", partial); a partial program resolves its completed ops plus
     an unclosed gen's text so far. Model misbehaviour never raises mid-stream: it ends the stream
     with stop_reason "error" and the message in `error`.
-    Rejects (ValueError, raised by the call itself, before any decoding): max_new_tokens <= 0, a
-    bad temperature or top_p, a forced program that is malformed, holds CopyTokens or empty gens,
-    or does not fit the source; a model without a tokenizer.
+    Rejects (ValueError, raised by the call itself, before any decoding): max_new_tokens <= 0, a bad temperature or
+    top_p, a forced program malformed, holding CopyTokens or empty gens, or not fitting the source; no tokenizer.
     """
     check_settings(max_new_tokens, temperature, top_p, traced=trace or bool(decisions))
     if force_program is not None:
@@ -314,8 +311,7 @@ def decode_program(
         guard=LoopGuard() if forced is None else None,
         drafting=Drafting(hybrid, next_token, take_token, jump_forward, tags=tag_drafts),
         copy_rest=copy_rest and force_program is None, avoid_noops=avoid_noops and force_program is None,
-        rename_shape=rename_shape(source, instruction)
-        if guard_renames and force_program is None and not (trace or decisions) else None,
+        rename_shape=rename_shape(source, instruction) if guard_renames and not (forced or trace or decisions) else None,
         decisions=tuple(decisions), choices=[] if (trace or decisions) and force_program is None else None,
     )
     return _decode(run, list(prompt_ids))

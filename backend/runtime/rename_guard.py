@@ -43,7 +43,10 @@ def rename_shape(source: str, instruction: str | None) -> RenameShape | None:
 def keep_rename_shape(run: DecodeRun, logits: torch.Tensor, token: int | None) -> int | None:
     """The model's choice, or its best choice that keeps the program in the run's rename shape.
     `logits` were masked in place by `choose`; refused tokens are set to -inf there too. A gen that
-    has written all its lines may only close: its choice is among the tokens that spell '</gen>'."""
+    has written all its lines may only close: its choice is among the tokens that spell '</gen>'.
+    Without a shape to keep (`run.rename_shape` None) the choice is returned as it is."""
+    if run.rename_shape is None:
+        return token
     temperature, top_p, generator = run.sampling
     if token is not None and not in_shape(run, token) and open_gen_is_full(run):
         with torch.inference_mode():
