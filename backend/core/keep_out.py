@@ -103,9 +103,9 @@ class RenameShape:
         if mode == LAST_LINE:
             first, digits = core[2], core[1]
             last = self.copy_end_limit(first)
-            return first == line and first <= last and (not digits or number_in_range(digits, first, last))
+            return bool(first == line and first <= last and (not digits or number_in_range(digits, first, last)))
         if lit.startswith('"'):  # the line numbers are read, the tag not closed
-            return core[2] == line and core[3] <= self.copy_end_limit(line)
+            return bool(core[2] == line and core[3] <= self.copy_end_limit(line))
         return True
 
     def may_end(self, ops: Sequence[Op], rest: tuple[int, int] | None) -> bool:

@@ -67,15 +67,18 @@ def keep_rename_shape(run: DecodeRun, logits: torch.Tensor, token: int | None) -
 
 def open_gen_is_full(run: DecodeRun) -> bool:
     """Whether the run is inside a gen that has written every line the shape lets it write."""
-    if run.state.mode != "gen":
+    shape = run.rename_shape
+    if shape is None or run.state.mode != "gen":
         return False
-    line = run.rename_shape.covered(run.ops)
-    return line is not None and run.rename_shape.gen_is_full(line, run.fsm.open_gen_text(run.state))
+    line = shape.covered(run.ops)
+    return line is not None and shape.gen_is_full(line, run.fsm.open_gen_text(run.state))
 
 
 def in_shape(run: DecodeRun, token: int) -> bool:
     """Whether choosing `token` leaves the program able to end in the rename's shape."""
-    shape: RenameShape = run.rename_shape
+    shape = run.rename_shape
+    if shape is None:
+        return True
     if token == run.grammar.eos_id:
         return shape.may_end(run.ops, rest_to_copy(run.ops, run.state.n_lines) if run.copy_rest else None)
     step = run.fsm.advance(run.state, token)
