@@ -6,8 +6,8 @@ held-out dev renames came out exact, also after runs trained on three times the 
 prompt listing the lines (docs/results.md, runs 16 and 17). Finding the lines is what it cannot do,
 and what a checker can: `locate.rename_lines` lists the lines holding the old name, and
 `keep_out.RenameShape` says what a rename's program looks like (front to back, copies on the other
-lines, a gen on each run of those lines writing as many lines as it stands for, the whole input
-covered). Here the decoder refuses every token that would leave that shape, and a gen that has
+lines, gens only on those lines and at most their run, one output line per input line, the whole
+input covered). Here the decoder refuses every token that would leave that shape, and a gen that has
 written its lines may only close. What each rewritten line says is still the model's to write.
 
 Measured on the 22 held-out dev renames (docs/results.md, 2026-12-07): exact 0 -> 11 (see there for
