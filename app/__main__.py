@@ -55,10 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="model mode: let the model write every edit (default: an update snippet with `... existing code ...` "
              "markers or a unified diff that the snippet aligner places with certainty is merged by it, and the "
              "status says so)")
-    add("--no-rename-guard", action="store_true",
-        help="model mode: let copies take the lines a rename must rewrite (default, in process: when the "
-             "instruction asks only for a rename, the program keeps a rename's shape and the model writes the "
-             "lines holding the old name; backend/runtime/rename_guard.py)")
+    add("--no-shape-guard", "--no-rename-guard", dest="no_shape_guard", action="store_true",
+        help="model mode: let the program leave the shape the instruction fixes (default, in process: a rename, "
+             "\"Delete lines 4-6\", \"Add `x` after line 9\", \"Change 1 to 2 on line 12\" keep their lines, and the "
+             "model writes only the new text; backend/runtime/shape_guard.py)")
     add("--tuned-lookup", default=None, metavar="N/K",
         help="the tuned prompt-lookup setting the Compare tab runs beside the 2/10 defaults "
              "(default: the bench's fastest on held-out commit edits, see docs/results.md)")
@@ -145,7 +145,7 @@ def serve(args: argparse.Namespace, credentials: tuple[tuple[str, str], ...]) ->
                        data_dir=args.data_dir, update_interval_s=max(0.02, args.update_interval),
                        max_waiting=args.max_waiting, run_seconds=args.run_seconds,
                        runtime=args.runtime, engine_url=args.engine_url, engine_kind=args.engine_kind,
-                       align_snippets=not args.no_align_snippets, guard_renames=not args.no_rename_guard,
+                       align_snippets=not args.no_align_snippets, guard_shapes=not args.no_shape_guard,
                        **_tuned_lookup(args.tuned_lookup))
     service = AppService(config)
     print(f"database: {service.storage.location}", flush=True)  # the operator's log only, never the page

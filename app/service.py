@@ -50,7 +50,7 @@ class AppConfig:
     engine_kind: str | None = None    # "vllm" | "sglang" | "llamacpp", with engine_url
     tuned_lookup: tuple[int, int] = TUNED_LOOKUP  # Compare's tuned prompt lookup
     align_snippets: bool = True       # model mode: update snippets merged by backend/core/snippet_apply.py when certain
-    guard_renames: bool = True        # model mode: a rename keeps its program's shape (backend/runtime/rename_guard.py)
+    guard_shapes: bool = True         # model mode: the program keeps the instruction's shape (backend/runtime/shape_guard.py)
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ class AppService:
         self.interrupted_at_start = self.storage.mark_interrupted()  # runs a dead server left "running"
         engine_options = {"runtime": self.config.runtime, "engine_url": self.config.engine_url,
                           "engine_kind": self.config.engine_kind, "align_snippets": self.config.align_snippets,
-                          "guard_renames": self.config.guard_renames}
+                          "guard_shapes": self.config.guard_shapes}
         self.models = ModelSlots(self.config.model, include_random=self.config.include_random, limits=self.limits,
                                  engine_options=engine_options)
         self.queue = RunQueue(self.config.max_waiting)

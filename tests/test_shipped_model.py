@@ -75,23 +75,20 @@ def test_shipped_model__finishes_programs_and_edits_exactly(evaluation):
     assert corpus["exact_match"] >= EXACT_FLOOR - 1e-9
 
 
-def test_renames_keep_their_shape_on_the_real_model(evaluation):
-    """The rename guard (backend/runtime/rename_guard.py) on by default: each rename's output has the
-    input's lines, every line without the old name unchanged, whatever the model wrote."""
+def test_addressed_edits_keep_their_shape_on_the_real_model(evaluation):
+    """The shape guard (backend/runtime/shape_guard.py) on by default: every case whose instruction
+    fixes a shape (renames, "Delete line 7", "Add `x` after line 3", ...) gets a program in it,
+    whatever the model wrote; on this subset the guard has to refuse tokens to get there."""
+    from backend.core.addressed import requested_shape
     from backend.core.lines import split_lines
-    from backend.core.locate import rename_lines
     from backend.core.program import parse_program
-    from backend.core.resolve import resolve_program
 
-    assert evaluation["guard_renames"] is True
+    assert evaluation["guard_shapes"] is True
     cases = {case["id"]: case for case in map(json.loads, SUBSET.read_text().splitlines())}
-    renames = [row for row in evaluation["rows"] if row["kind"] == "rename"]
-    assert len(renames) == 2
-    for row in renames:
-        case = cases[row["id"]]
-        source = split_lines(case["source"])
-        output = split_lines(resolve_program(parse_program(row["program"]), case["source"]))
-        kept_out = set(rename_lines(case["instruction"], source))
-        assert kept_out and row["kept_out_refused"] > 0
-        assert len(output) == len(source)
-        assert all(out == src for n, (out, src) in enumerate(zip(output, source), 1) if n not in kept_out)
+    shaped = [(row, requested_shape(cases[row["id"]]["instruction"], split_lines(cases[row["id"]]["source"])))
+              for row in evaluation["rows"]]
+    shaped = [(row, shape) for row, shape in shaped if shape is not None]
+    assert len(shaped) >= 8 and sum(row["kind"] == "rename" for row, _ in shaped) == 2
+    for row, shape in shaped:
+        assert shape.covered(parse_program(row["program"])) == shape.end, row["id"]
+    assert sum(row["shape_refused"] > 0 for row, _ in shaped) >= 2

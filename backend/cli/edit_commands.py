@@ -43,9 +43,9 @@ from backend.runtime.request import STRATEGIES as ENGINE_STRATEGIES
 
 def load_engine(name: str | None, *, limits: Any = None, runtime: str = "auto", engine_url: str | None = None,
                 engine_kind: str | None = None, copy_rest: bool = True, avoid_noops: bool = False,
-                search_branches: int = 0, align_snippets: bool = True, guard_renames: bool = True) -> Any:
+                search_branches: int = 0, align_snippets: bool = True, guard_shapes: bool = True) -> Any:
     """An EditEngine on the named model (default: models.yaml's default) in `runtime`, or on a remote
-    server (engine_url + engine_kind; docs/DEPLOY.md); `copy_rest`, `avoid_noops`, `search_branches`, `align_snippets`, `guard_renames` as open_engine's. UsageError if
+    server (engine_url + engine_kind; docs/DEPLOY.md); `copy_rest`, `avoid_noops`, `search_branches`, `align_snippets`, `guard_shapes` as open_engine's. UsageError if
     unavailable."""
     from backend.runtime.engine import EditError
     from backend.runtime.models import ModelUnavailable
@@ -54,7 +54,7 @@ def load_engine(name: str | None, *, limits: Any = None, runtime: str = "auto", 
     try:
         return open_engine(name, runtime=runtime, engine_url=engine_url, engine_kind=engine_kind, limits=limits,
                            copy_rest=copy_rest, avoid_noops=avoid_noops, search_branches=search_branches,
-                           align_snippets=align_snippets, guard_renames=guard_renames)
+                           align_snippets=align_snippets, guard_shapes=guard_shapes)
     except (ModelUnavailable, EditError, ValueError) as error:
         raise UsageError(str(error)) from None
 
@@ -66,11 +66,12 @@ def add_align_flag(parser: argparse.ArgumentParser) -> None:
                         "backend/core/carried_edit.py)")
 
 
-def add_rename_guard_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--no-rename-guard", action="store_true",
-                        help="let copies take the lines a rename must rewrite (default, in process: when the "
-                        "instruction asks for a rename, no copy may take a line holding the old name; "
-                        "backend/runtime/rename_guard.py)")
+def add_shape_guard_flag(parser: argparse.ArgumentParser) -> None:
+    """--no-shape-guard (--no-rename-guard, its first name, still accepted)."""
+    parser.add_argument("--no-shape-guard", "--no-rename-guard", dest="no_shape_guard", action="store_true",
+                        help="model mode: let the program leave the shape the instruction fixes (default, in process: a rename, "
+        "\"Delete lines 4-6\", \"Add `x` after line 9\", \"Change 1 to 2 on line 12\" keep their lines, and the "
+        "model writes only the new text; backend/runtime/shape_guard.py)")
 
 
 def _runtime_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -106,7 +107,7 @@ def cmd_edit(args: argparse.Namespace) -> int:
     # the app's rules: no empty input, no blank instruction; --no-copy-rest: the program as the model ended it
     engine = load_engine(args.model, limits=CLI_LIMITS, copy_rest=not args.no_copy_rest,
                          avoid_noops=args.refuse_noops, search_branches=args.search,
-                         align_snippets=not args.no_align_snippets, guard_renames=not args.no_rename_guard,
+                         align_snippets=not args.no_align_snippets, guard_shapes=not args.no_shape_guard,
                          **_runtime_options(args))
     try:
         events = engine.run(
@@ -292,7 +293,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--search", type=non_negative_int, default=0, metavar="K",
                    help="likelihood search (model mode, greedy, in process): also decode K branches of the greedy program, each taking the runner-up at one of its K least certain choices, and keep the most probable finished program (backend/runtime/search.py); costs about K+1 decodes")
     add_align_flag(p)
-    add_rename_guard_flag(p)
+    add_shape_guard_flag(p)
     _add_runtime_flags(p, remote=True)
     p.set_defaults(handler=cmd_edit)
 

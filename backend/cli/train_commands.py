@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, ContextManager, TextIO
 
 from backend.cli.common import UsageError, emit, format_table, non_negative_int
-from backend.cli.edit_commands import _add_runtime_flags, _runtime_options, add_align_flag, add_rename_guard_flag
+from backend.cli.edit_commands import _add_runtime_flags, _runtime_options, add_align_flag, add_shape_guard_flag
 
 
 def register(subparsers: Any) -> None:
@@ -102,7 +102,7 @@ def _register_evaluate(subparsers: Any) -> None:
     evaluate.add_argument("--search", type=non_negative_int, default=0, metavar="K",
                           help="likelihood search (model mode, greedy, in process): also decode K branches of the greedy program, each taking the runner-up at one of its K least certain choices, and keep the most probable finished program (backend/runtime/search.py); costs about K+1 decodes")
     add_align_flag(evaluate)
-    add_rename_guard_flag(evaluate)
+    add_shape_guard_flag(evaluate)
     _add_runtime_flags(evaluate, remote=True)  # llama.cpp: the adapter merged into a copy of the base GGUF
     evaluate.set_defaults(handler=cmd_evaluate)
 
@@ -190,7 +190,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         # a server too: model mode needs no logits here
         engine = load_engine(args.model, copy_rest=not args.no_copy_rest, avoid_noops=args.refuse_noops,
                              search_branches=args.search, align_snippets=not args.no_align_snippets,
-                             guard_renames=not args.no_rename_guard, **_runtime_options(args))
+                             guard_shapes=not args.no_shape_guard, **_runtime_options(args))
         evaluation = Evaluation(engine, strategies=strategies, speed_limit=args.speed_limit,
                                 max_new_tokens=args.max_new_tokens)
         document: dict[str, Any] = {"model": engine.name, "runtime": engine.loaded.runtime,
@@ -199,7 +199,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                                     "avoid_noops": bool(getattr(engine, "avoid_noops", False)),
                                     "search_branches": int(getattr(engine, "search_branches", 0)),
                                     "align_snippets": bool(getattr(engine, "align_snippets", False)),
-                                    "guard_renames": bool(getattr(engine, "guard_renames", False)), "corpora": {}}
+                                    "guard_shapes": bool(getattr(engine, "guard_shapes", False)), "corpora": {}}
         table_rows = [_evaluate_corpus(name, args, evaluation, document, results) for name in args.corpora]
     emit(format_table(["corpus", "cases", "finished+valid", "exact", "failures"], table_rows), document)
     return 0

@@ -127,7 +127,7 @@ def requested_rename(instruction: str) -> tuple[str, str] | None:
 def rename_lines(instruction: str, lines: Sequence[str]) -> list[int]:
     """The 1-based numbers of the input lines that hold the name `instruction` asks to rename (as a
     whole word); [] when it asks for no rename. A rename must rewrite each of them, so no copy may
-    take one as it is (backend/runtime/rename_guard.py)."""
+    take one as it is (backend/runtime/shape_guard.py)."""
     rename = requested_rename(instruction)
     if rename is None:
         return []

@@ -14,7 +14,7 @@ from typing import Any
 
 from backend.core.fsm import TokenFSM
 from backend.core.fsm_state import FSMState
-from backend.core.keep_out import RenameShape
+from backend.core.line_shape import LineShape
 from backend.core.lines import split_lines
 from backend.core.program import Op
 from backend.runtime.events import DecodeEvent
@@ -52,7 +52,7 @@ class Counts:
     boundary: int = 0
     boundary_tokens: int = 0
     noop_refused: int = 0  # tokens refused by the no-op rule (noop_guard.py)
-    kept_out_refused: int = 0  # tokens refused to keep copies off a rename's lines (rename_guard.py)
+    shape_refused: int = 0  # tokens refused to keep the program in the instruction's shape (shape_guard.py)
 
     @property
     def program(self) -> int:
@@ -90,7 +90,7 @@ class DecodeRun:
     copy_rest: bool = False  # model mode: an early end after a copy copies the rest (early_end.py)
     copied_rest: tuple[int, int] | None = None  # the lines that rule copied, when it did
     avoid_noops: bool = False  # model mode: refuse no-op items (noop_guard.py)
-    rename_shape: RenameShape | None = None  # model mode: a rename's program shape (rename_guard.py)
+    shape: LineShape | None = None  # model mode: the shape the instruction fixes (shape_guard.py)
     decisions: tuple[int, ...] = ()  # search: the run's first choices, replayed (search.py)
     choices: list[Choice] | None = None  # search: every choice with its log-probability (search.py)
     _source_lines: list[str] | None = None

@@ -58,10 +58,10 @@ from backend.runtime.events import DecodeEvent, DecodeMetrics, DecodeResult
 from backend.runtime.grammar import Grammar
 from backend.runtime.handle import ModelHandle, prefill_prompt
 from backend.runtime.hybrid import Drafting
-from backend.runtime.early_end import copy_tag, rest_to_copy
+from backend.runtime.early_end import copy_tag
 from backend.runtime.loop_guard import LoopGuard
 from backend.runtime.noop_guard import refuse_noops
-from backend.runtime.rename_guard import keep_rename_shape, rename_shape
+from backend.runtime.shape_guard import keep_shape, program_shape, rest_at_end
 from backend.runtime.program_text import ForcedProgram, ProgramStream, check_forced, encode_text, tokenize_before_item
 from backend.runtime.prompt_lookup import PromptLookupSetting
 from backend.runtime.prompt import program_prompt_ids, prompt_style
@@ -121,7 +121,7 @@ def next_token(run: DecodeRun, logits: torch.Tensor) -> int | None:
         token = run.grammar.choose(logits, run.state, temperature, top_p, generator)
         if run.avoid_noops:
             token = refuse_noops(run, logits, token)
-        token = keep_rename_shape(run, logits, token)  # the model's choice unless a rename's shape is kept
+        token = keep_shape(run, logits, token)  # the model's choice unless it breaks the instruction's shape
     if token is None:
         run.stop("error", f"no token allowed in state {run.state.mode!r}")
     elif token == run.grammar.eos_id:
@@ -177,7 +177,7 @@ def copy_the_rest(run: DecodeRun) -> list[DecodeEvent]:
     input's end from, append a copy of the rest (backend/runtime/early_end.py); else nothing."""
     if not run.copy_rest or run.forced is not None or run.stop_reason != "eos":
         return []
-    rest = rest_to_copy(run.ops, run.state.n_lines)
+    rest = rest_at_end(run)
     if rest is None:
         return []
     tag = copy_tag(*rest)
@@ -269,7 +269,7 @@ def decode_program(
     grammar: Grammar | None = None,
     prompt_ids: Sequence[int] | None = None,
     hybrid: PromptLookupSetting | None = None,
-    tag_drafts: bool = True, copy_rest: bool = False, avoid_noops: bool = False, guard_renames: bool = False,
+    tag_drafts: bool = True, copy_rest: bool = False, avoid_noops: bool = False, guard_shapes: bool = False,
     trace: bool = False, decisions: Sequence[int] = (),
 ) -> Iterator[DecodeEvent]:
     """Copy-as-decode: the model writes a program under the FSM; copies enter the cache in one
@@ -283,7 +283,7 @@ def decode_program(
     a gen) is checked in the forward that enters the copy or the gen's close (hybrid.py); False
     decodes every chosen tag token in its own step (to measure what the drafts save).
     `prompt_ids`: the program prompt already tokenised (default: `program_prompt_ids`, model's style).
-    `copy_rest` / `avoid_noops` / `guard_renames` (model mode): early_end / noop_guard / rename_guard.py.
+    `copy_rest` / `avoid_noops` / `guard_shapes` (model mode): early_end / noop_guard / shape_guard.py.
     `trace` (model mode, greedy): every choice is recorded with its log-probability and the
     runner-up's (`DecodeResult.choices`); `decisions`: the first choices are these tokens, then
     greedy (search.py branches a run this way; the no-op rule is off in a traced run).
@@ -311,7 +311,7 @@ def decode_program(
         guard=LoopGuard() if forced is None else None,
         drafting=Drafting(hybrid, next_token, take_token, jump_forward, tags=tag_drafts),
         copy_rest=copy_rest and force_program is None, avoid_noops=avoid_noops and force_program is None,
-        rename_shape=rename_shape(source, instruction) if guard_renames and not (forced or trace or decisions) else None,
+        shape=program_shape(source, instruction) if guard_shapes and not (forced or trace or decisions) else None,
         decisions=tuple(decisions), choices=[] if (trace or decisions) and force_program is None else None,
     )
     return _decode(run, list(prompt_ids))
@@ -390,7 +390,7 @@ def finish(run: DecodeRun, *, prompt_tokens: int, prefill_seconds: float) -> Dec
         copies=sum(isinstance(op, CopyLines) for op in final_ops), prompt_tokens=prompt_tokens,
         prompt_reused_tokens=run.prompt_reused or None,
         copied_rest=f"{run.copied_rest[0]}-{run.copied_rest[1]}" if run.copied_rest else None,
-        noop_refused=counts.noop_refused, kept_out_refused=counts.kept_out_refused,
+        noop_refused=counts.noop_refused, shape_refused=counts.shape_refused,
         **DecodeMetrics.step_timing(run.cache.step_seconds[run.base_steps:]),
     )
     return DecodeResult(

@@ -65,7 +65,7 @@ class EditEngine:
 
     def __init__(self, loaded: ModelHandle, *, limits: EditLimits = EditLimits(), reuse_prompt: bool = False,
                  copy_rest: bool = True, avoid_noops: bool = False, search_branches: int = 0,
-                 align_snippets: bool = True, guard_renames: bool = True) -> None:
+                 align_snippets: bool = True, guard_shapes: bool = True) -> None:
         """`reuse_prompt`: each run starts from the cache the last one left and reads only the part of
         its prompt that differs (`handle.PromptReuse`; for the interactive app). Off by default: a
         measurement wants every prompt read cold. `copy_rest`: a model-written program that ends
@@ -73,8 +73,9 @@ class EditEngine:
         `avoid_noops`: a model-written program may not hold a no-op item (a gen opening with the
         line a copy would give, a copy starting right after the copy before it;
         backend/runtime/noop_guard.py; off by default: measured, it gains no exact edit).
-        `guard_renames` (model mode): when the instruction asks for a rename, no copy may take a line
-        holding the old name, so the model writes each of them (backend/runtime/rename_guard.py).
+        `guard_shapes` (model mode): when the instruction fixes which lines are kept, dropped or
+        rewritten and where new lines go (a rename, "Delete lines 4-6", "Add `x` after line 9"), the
+        program keeps that shape and the model writes the new text (backend/runtime/shape_guard.py).
         `search_branches` (model mode, greedy): that many branches of the greedy program at its least
         certain choices are decoded too and the most probable finished program kept
         (backend/runtime/search.py); it costs about `search_branches + 1` decodes.
@@ -93,7 +94,7 @@ class EditEngine:
         self.limits = limits
         self.copy_rest = copy_rest
         self.avoid_noops = avoid_noops
-        self.guard_renames = guard_renames
+        self.guard_shapes = guard_shapes
         self.search_branches = search_branches
         self.align_snippets = align_snippets
         self.lock = threading.Lock()
@@ -247,7 +248,7 @@ class EditEngine:
                 return decode_program(
                     handle, source, instruction, max_new_tokens=request.max_new_tokens, temperature=temperature,
                     top_p=top_p, seed=seed, cancel=cancel, grammar=self.grammar, prompt_ids=prepared.prompt_ids,
-                    copy_rest=self.copy_rest, avoid_noops=self.avoid_noops, guard_renames=self.guard_renames,
+                    copy_rest=self.copy_rest, avoid_noops=self.avoid_noops, guard_shapes=self.guard_shapes,
                     trace=trace, decisions=decisions,
                 )
             if searching:

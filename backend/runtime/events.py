@@ -47,7 +47,7 @@ class DecodeMetrics:
     prompt_reused_tokens: int | None = None   # of them, positions the last run left in the cache (PromptReuse)
     copied_rest: str | None = None            # "A-B": input lines copied after the model ended early (cad, early_end.py)
     noop_refused: int = 0                     # tokens refused by the no-op rule (cad, noop_guard.py)
-    kept_out_refused: int = 0                 # tokens refused to keep copies off a rename's lines (cad, rename_guard.py)
+    shape_refused: int = 0                    # tokens refused to keep the instruction's shape (cad, shape_guard.py)
     decode_step_seconds: float | None = None  # median wall seconds of this run's one-token forwards
     decode_steps: int | None = None           # how many one-token forwards this run made
     requests: int | None = None               # completion requests to a server (remote engines only)

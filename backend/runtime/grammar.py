@@ -72,7 +72,7 @@ class Grammar:
     def gen_close_ids(self, written: int) -> torch.Tensor:
         """The ids that go on closing a gen whose text ends with the first `written` characters of
         '</gen>': their text is a non-empty prefix of the rest of it, or the rest and more
-        (rename_guard.py makes a full gen choose among them). Built once per `written`."""
+        (shape_guard.py makes a full gen choose among them). Built once per `written`."""
         found = self._gen_close_ids.get(written)
         if found is None:
             rest = GEN_CLOSE[written:].encode()

@@ -88,13 +88,13 @@ def open_engine(
     avoid_noops: bool = False,
     search_branches: int = 0,
     align_snippets: bool = True,
-    guard_renames: bool = True,
+    guard_shapes: bool = True,
 ) -> Any:
     """An EditEngine: on a remote server when `engine_url` is given (then `engine_kind` is needed
     and `runtime` is ignored), else on `load_runtime(model, runtime)`. `limits`: an EditLimits
     (default: the engine's). `reuse_prompt`, `copy_rest`: see `EditEngine` (a server keeps its own
     prompt cache; a remote engine copies the rest on the client, after the server's end).
-    `avoid_noops`, `search_branches`, `guard_renames`: see `EditEngine`; in process only (a server
+    `avoid_noops`, `search_branches`, `guard_shapes`: see `EditEngine`; in process only (a server
     chooses its own tokens). `align_snippets`: see `EditEngine`; on a server a merge is streamed without a request."""
     from backend.runtime.request import EditLimits
 
@@ -115,4 +115,4 @@ def open_engine(
 
     return EditEngine(load_runtime(model, runtime, threads=threads), limits=limits, reuse_prompt=reuse_prompt,
                       copy_rest=copy_rest, avoid_noops=avoid_noops, search_branches=search_branches,
-                      align_snippets=align_snippets, guard_renames=guard_renames)
+                      align_snippets=align_snippets, guard_shapes=guard_shapes)

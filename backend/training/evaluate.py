@@ -144,7 +144,7 @@ class Evaluation:
                 row["error"] = result.error
                 row["copied_rest"] = getattr(result.metrics, "copied_rest", None)  # early_end.py
                 row["noop_refused"] = getattr(result.metrics, "noop_refused", 0)  # noop_guard.py
-                row["kept_out_refused"] = getattr(result.metrics, "kept_out_refused", 0)  # rename_guard.py
+                row["shape_refused"] = getattr(result.metrics, "shape_refused", 0)  # shape_guard.py
                 row["written_by"] = getattr(result.metrics, "written_by", None) or "model"  # snippet_apply.py
                 row["aligner_declined"] = getattr(result.metrics, "aligner_declined", None)
                 add_search(row, result)
@@ -192,7 +192,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "line_similarity": sum(r.get("line_similarity", 0.0) for r in rows) / cases if cases else 0.0,
         "copied_rest": sum(bool(r.get("copied_rest")) for r in rows),  # programs the decoder ended with the rest
         "noop_refused": sum(bool(r.get("noop_refused")) for r in rows),  # programs the no-op rule changed
-        "kept_out_refused": sum(bool(r.get("kept_out_refused")) for r in rows),  # programs the rename guard changed
+        "shape_refused": sum(bool(r.get("shape_refused")) for r in rows),  # programs the shape guard changed
         # edits the snippet aligner wrote (backend/core/snippet_apply.py), and how many of them are exact
         "written_by_aligner": sum(r.get("written_by") == "snippet aligner" for r in rows),
         "aligner_exact": sum(r.get("written_by") == "snippet aligner" and r.get("outcome") == "exact" for r in rows),

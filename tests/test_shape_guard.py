@@ -1,5 +1,5 @@
-"""A rename's program shape (backend/core/keep_out.py) and the decoder's guard that keeps a model in it
-(backend/runtime/rename_guard.py). Pure functions first, then the decoder on the fake model
+"""The program shape an instruction fixes (backend/core/line_shape.py) and the decoder's guard that keeps
+a model in it (backend/runtime/shape_guard.py). Pure functions first, then the decoder on the fake model
 (tests/fake_model.py)."""
 
 import pytest
@@ -7,18 +7,19 @@ import torch
 
 from backend.core.char_grammar import BETWEEN, FIRST_LINE, IN_GEN, IN_TAG, LAST_LINE
 from backend.core.fsm import TokenFSM
-from backend.core.keep_out import RenameShape, gen_line_count
+from backend.core.line_shape import MAX_INSERTED_LINES, LineShape, gen_line_count
 from backend.core.program import CopyLines, Gen
 from backend.runtime.decoder import decode_program
 from backend.runtime.grammar import Grammar
 from backend.runtime.prompt import context_text, reference_program
-from backend.runtime.rename_guard import rename_shape
+from backend.runtime.shape_guard import program_shape
 from fake_model import VOCAB_SIZE, FakeModel, byte_vocabulary
 
 SOURCE = "a = 1\nb = a\nc = 2\nd = a + c\ne = 3\n"
 RENAME = "Rename a to x"
 RENAMED = "x = 1\nb = x\nc = 2\nd = x + c\ne = 3\n"
-SHAPE = RenameShape((1, 2, 4), 5)  # the lines holding `a`
+REWRITTEN = (1, 2, 4)  # the lines holding `a`
+SHAPE = LineShape.build(5, rewrite=REWRITTEN)
 
 
 def test_gen_line_count_counts_a_last_line_without_an_ending():
@@ -43,7 +44,7 @@ def test_programs_out_of_shape_are_not_covered(ops):
 
 def test_a_copy_may_stop_short_of_the_next_kept_out_line_and_go_on():
     assert SHAPE.covered([Gen("x = 1\nb = x\n"), CopyLines(3, 3)]) == 4
-    shape = RenameShape((3,), 9)
+    shape = LineShape.build(9, rewrite=(3,))
     assert shape.covered([CopyLines(1, 1), CopyLines(2, 2)]) == 3
 
 
@@ -78,9 +79,9 @@ def test_a_run_of_kept_out_lines_may_be_written_by_several_gens():
 
 
 def test_a_gen_may_leave_the_ending_off_the_input_s_last_line_only():
-    shape = RenameShape((2,), 2)
+    shape = LineShape.build(2, rewrite=(2,))
     assert shape.may_end([CopyLines(1, 1), Gen("b = x")], None)
-    assert RenameShape((1,), 2).covered([Gen("x = 1")]) is None  # line 2 would join line 1
+    assert LineShape.build(2, rewrite=(1,)).covered([Gen("x = 1")]) is None  # line 2 would join line 1
 
 
 def test_the_program_may_end_only_with_the_input_covered():
@@ -91,11 +92,12 @@ def test_the_program_may_end_only_with_the_input_covered():
     assert not SHAPE.may_end(ops[:2], (4, 5))               # a rest holding a kept-out line
 
 
-def test_rename_shape_is_none_unless_a_rename_names_lines_of_the_input():
-    assert rename_shape(SOURCE, RENAME) == SHAPE
-    assert rename_shape(SOURCE, "Delete line 2.") is None
-    assert rename_shape(SOURCE, "Rename zzz to y") is None
-    assert rename_shape(SOURCE, None) is None
+def test_program_shape_is_none_unless_the_instruction_fixes_one():
+    assert program_shape(SOURCE, RENAME) == SHAPE
+    assert program_shape(SOURCE, "Delete line 2.") == LineShape.build(5, drop=(2,))
+    assert program_shape(SOURCE, "Rename zzz to y") is None
+    assert program_shape(SOURCE, "Tidy up.") is None
+    assert program_shape(SOURCE, None) is None
 
 
 # -- the decoder, on the fake model --------------------------------------------------------------
@@ -116,15 +118,15 @@ def run(script_ops, grammar, instruction=RENAME, **options):
 def in_shape(result) -> bool:
     """The output keeps the rename's shape: as many lines, the lines without `a` unchanged."""
     out, src = result.output.splitlines(), SOURCE.splitlines()
-    return len(out) == len(src) and all(o == s for n, (o, s) in enumerate(zip(out, src), 1) if n not in SHAPE.keep_out)
+    return len(out) == len(src) and all(o == s for n, (o, s) in enumerate(zip(out, src), 1) if n not in REWRITTEN)
 
 
 RIGHT = [Gen("x = 1\nb = x\n"), CopyLines(3, 3), Gen("d = x + c\n"), CopyLines(5, 5)]
 
 
 def test_a_program_already_in_shape_is_left_alone(grammar):
-    result = run(RIGHT, grammar, guard_renames=True)
-    assert result.output == RENAMED and result.metrics.kept_out_refused == 0 and result.stop_reason == "eos"
+    result = run(RIGHT, grammar, guard_shapes=True)
+    assert result.output == RENAMED and result.metrics.shape_refused == 0 and result.stop_reason == "eos"
 
 
 @pytest.mark.parametrize("ops", [
@@ -135,9 +137,9 @@ def test_a_program_already_in_shape_is_left_alone(grammar):
 ])
 def test_the_guard_keeps_any_program_in_the_shape(grammar, ops):
     raw = run(ops, grammar)
-    assert raw.metrics.kept_out_refused == 0 and SHAPE.covered(_ops(raw)) is None  # out of shape unguarded
-    result = run(ops, grammar, guard_renames=True)
-    assert result.metrics.kept_out_refused >= 1
+    assert raw.metrics.shape_refused == 0 and SHAPE.covered(_ops(raw)) is None  # out of shape unguarded
+    result = run(ops, grammar, guard_shapes=True)
+    assert result.metrics.shape_refused >= 1
     assert result.stop_reason == "eos" and in_shape(result), result.program
     assert SHAPE.covered(_ops(result)) == 6  # every copy on free lines, read front to back, to the end
 
@@ -146,19 +148,83 @@ def test_a_full_gen_is_closed_and_the_next_line_copied(grammar):
     """The script's gen runs on over free line 3; the guard closes it after line 2 and copy 3 follows,
     so line 3 comes out as it was, not as the model rewrote it."""
     ops = [Gen("x = 1\nb = x\nC = 2\n"), CopyLines(4, 5)]
-    result = run(ops, grammar, guard_renames=True)
+    result = run(ops, grammar, guard_shapes=True)
     assert result.program.startswith('<gen>x = 1\nb = x\n</gen>') and '<copy lines="3-3"/>' in result.program
     assert in_shape(result) and result.output.startswith("x = 1\nb = x\nc = 2\n")
 
 
 def test_no_guard_without_a_rename_or_in_a_reference_replay(grammar):
     unchanged = [CopyLines(1, 5)]
-    assert run(unchanged, grammar, instruction="Tidy up.", guard_renames=True).output == SOURCE
-    forced = run(unchanged, grammar, guard_renames=True, force_program=reference_program(unchanged))
-    assert forced.output == SOURCE and forced.metrics.kept_out_refused == 0
+    assert run(unchanged, grammar, instruction="Tidy up.", guard_shapes=True).output == SOURCE
+    forced = run(unchanged, grammar, guard_shapes=True, force_program=reference_program(unchanged))
+    assert forced.output == SOURCE and forced.metrics.shape_refused == 0
 
 
 def _ops(result):
     from backend.core.program import parse_program
 
     return parse_program(result.program)
+
+
+# -- drops and insertions (line-addressed instructions) -------------------------------------------
+
+
+def test_dropped_lines_are_skipped_and_never_copied():
+    shape = LineShape.build(5, drop=(2, 3))
+    assert shape.covered([CopyLines(1, 1), CopyLines(4, 5)]) == shape.end
+    assert shape.may_end([CopyLines(1, 1), CopyLines(4, 5)], None)
+    assert shape.covered([CopyLines(1, 2)]) is None          # a copy takes a dropped line
+    assert shape.covered([CopyLines(1, 1), Gen("b = a\n")]) is None  # ... and no gen writes one
+    assert shape.allows((FIRST_LINE, "4"), "", [CopyLines(1, 1)], []) and not shape.allows((FIRST_LINE, "2"), "", [CopyLines(1, 1)], [])
+
+
+def test_dropping_the_last_lines_ends_without_the_rest():
+    shape = LineShape.build(5, drop=(4, 5))
+    assert shape.may_end([CopyLines(1, 3)], None)
+    assert not shape.may_end([CopyLines(1, 3)], (4, 5))     # the decoder's copied rest would bring them back
+
+
+def test_an_insertion_point_takes_one_gen_of_new_lines_between_copies():
+    shape = LineShape.build(5, insert_after=(2,))
+    right = [CopyLines(1, 2), Gen("# hi\n# there\n"), CopyLines(3, 5)]
+    assert shape.may_end(right, None)
+    assert shape.covered([CopyLines(1, 3)]) is None           # a copy runs past the point
+    assert not shape.may_end([CopyLines(1, 2), CopyLines(3, 5)], None)  # nothing inserted
+    assert shape.covered([CopyLines(1, 2), Gen("# hi\n"), Gen("# there\n")]) is None  # one gen fills it
+    assert shape.allows((IN_TAG, "<g", 0, 0), "", [CopyLines(1, 2)], [])
+    assert not shape.allows((IN_TAG, "<c", 0, 0), "", [CopyLines(1, 2)], [])
+    assert shape.gen_is_full(3, "x\n" * MAX_INSERTED_LINES) and not shape.gen_is_full(3, "x\n")
+
+
+def test_an_insertion_at_the_top_comes_before_line_1():
+    shape = LineShape.build(2, insert_after=(0,))
+    assert shape.may_end([Gen("import os\n"), CopyLines(1, 2)], None)
+    assert shape.covered([CopyLines(1, 2)]) is None
+
+
+def test_a_line_both_dropped_and_rewritten_or_out_of_range_is_refused():
+    with pytest.raises(ValueError):
+        LineShape.build(3, rewrite=(2,), drop=(2,))
+    with pytest.raises(ValueError):
+        LineShape.build(3, drop=(4,))
+    with pytest.raises(ValueError):
+        LineShape.build(3, insert_after=(4,))
+
+
+@pytest.mark.parametrize("instruction, expected", [
+    ("Delete line 2.", "a = 1\nc = 2\nd = a + c\ne = 3\n"),
+    ("Remove lines 2-3.", "a = 1\nd = a + c\ne = 3\n"),
+    ("Delete line 5.", "a = 1\nb = a\nc = 2\nd = a + c\n"),           # the copied rest does not bring it back
+    ("Remove the line `c = 2`.", "a = 1\nb = a\nd = a + c\ne = 3\n"),
+])
+def test_the_guard_turns_a_program_that_copies_everything_into_the_deletion(grammar, instruction, expected):
+    raw = run([CopyLines(1, 5)], grammar, instruction=instruction, copy_rest=True)
+    assert raw.output == SOURCE                                        # the model alone changes nothing
+    result = run([CopyLines(1, 5)], grammar, instruction=instruction, copy_rest=True, guard_shapes=True)
+    assert result.output == expected and result.stop_reason == "eos" and result.metrics.shape_refused >= 1
+
+
+def test_an_insertion_written_where_asked_is_left_alone(grammar):
+    ops = [CopyLines(1, 2), Gen("# hi\n"), CopyLines(3, 5)]
+    result = run(ops, grammar, instruction="Add `# hi` after line 2.", guard_shapes=True)
+    assert result.output == "a = 1\nb = a\n# hi\nc = 2\nd = a + c\ne = 3\n" and result.metrics.shape_refused == 0

@@ -1,0 +1,197 @@
+"""Instructions that say where their edit goes, read into the program's shape (line_shape.py).
+
+"Delete lines 4-6", "Remove line 27 (`return x`)", "Delete the statement `return x`", "Add `pass`
+after line 9", "Put `# note` on a new line just before line 3", "Insert `import os` at the top",
+"Change 1 to 2 on line 12", "Line 5 should read `x = 1`", "Fix the bug on line 7", "Rename a to b",
+and several of them at once ("1. ... 2. ...", one per line, or "... Then ..."). Each names lines of
+the input and what happens to them: dropped, rewritten by one gen line each, or new lines inserted
+at a point. Where that is certain, the decoder keeps the model's program in that shape
+(backend/runtime/shape_guard.py) and the model writes only the new text.
+
+Reading is conservative: every clause must be one of these edits and say nothing else. Quoted code
+is set aside first; the words left must all be words such edits use (`_WORDS`), a line reference
+must name input lines, a quoted line must be the line it names ("Delete line 5: `x = 1`" where line
+5 is not `x = 1` reads as nothing), and two clauses may not do different things to one line.
+Anything else ("Delete line 5 and tidy up", "Fix the bug", an update snippet) gives None: the
+model's program is left as it chooses. Standard library only.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from backend.core.line_shape import LineShape
+from backend.core.lines import strip_line_ending
+from backend.core.locate import requested_rename, term_lines
+
+_FENCED = re.compile(r"```")
+_QUOTED = re.compile(r"`[^`\n]+`|\"[^\"\n]+\"|'[^'\n]+'")
+_LINE_REF = re.compile(r"\blines?\s+(\d+)(?:\s*(?:-|–|to|through|thru)\s*(\d+))?", re.I)
+_HEADER = re.compile(r"^\s*(?:please\s+)?make\s+(?:these|the\s+following)\s+(?:changes|edits)\s*:\s*$", re.I)
+_NUMBERING = re.compile(r"^\s*(?:\d+[.)]|[-*•])\s+")
+_THEN = re.compile(r"(?:[.;,]\s*|\s+and\s+)then\s+", re.I)
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+# Words an addressed edit may use besides its code and line numbers.
+_WORDS = frozenset("""
+please delete remove drop erase the a an line lines statement block starting start starts at of that
+add insert put new just right immediately directly above before after below on comment import
+top very first file beginning with as and here
+change replace set use rewrite read should be to with rather than instead value in it make
+fix bug there is has error wrong operator variable condition off by one
+""".split())
+_DROP = frozenset("delete remove drop erase".split())
+_INSERT = frozenset("add insert put".split())
+_BEFORE = frozenset("above before".split())
+_AFTER = frozenset("after below".split())
+# A literal change names the old and the new value, bare or quoted: "Change 1 to 2 on line 12",
+# "In line 8 use True rather than False". Bare values are taken out before the word check.
+_VALUE = r"(\S+?)"
+_LITERALS = tuple(re.compile(p, re.I) for p in (
+    rf"\bchange\s+{_VALUE}\s+to\s+{_VALUE}(?=\s+on\b|\s*[.,]?\s*$)",
+    rf"\buse\s+{_VALUE}\s+rather\s+than\s+{_VALUE}\s*\.?$",
+    rf"\breplace\s+the\s+value\s+{_VALUE}\s+with\s+{_VALUE}\s*\.?$",
+    rf"\bset\s+{_VALUE}\s+on\b.*\bto\s+{_VALUE}(?=\s+instead|\s*\.?$)",
+))
+
+
+@dataclass
+class Places:
+    """What the clauses read so far do to the input's lines."""
+
+    rewrite: set[int] = field(default_factory=set)
+    drop: set[int] = field(default_factory=set)
+    insert_after: set[int] = field(default_factory=set)
+
+
+def requested_shape(instruction: str | None, lines: Sequence[str]) -> LineShape | None:
+    """The shape `instruction` fixes for a program over `lines` (each with or without its ending),
+    or None when it does not fix one (see the module docstring)."""
+    if not instruction or not lines or _FENCED.search(instruction):
+        return None
+    bare = [strip_line_ending(line) for line in lines]
+    places = Places()
+    clauses = split_clauses(instruction)
+    if not clauses or not all(read_clause(clause, bare, places) for clause in clauses):
+        return None
+    if places.rewrite & places.drop:
+        return None
+    return LineShape.build(len(bare), places.rewrite, places.drop, places.insert_after)
+
+
+def split_clauses(instruction: str) -> list[str]:
+    """The separate edits an instruction asks for: one per line (a numbered list's header and
+    numbers dropped), and within a line one per "Then"."""
+    clauses = []
+    for row in instruction.strip().splitlines():
+        if not row.strip() or _HEADER.match(row):
+            continue
+        clauses += [part.strip() for part in _THEN.split(_NUMBERING.sub("", row)) if part.strip()]
+    return clauses
+
+
+def read_clause(clause: str, lines: Sequence[str], places: Places) -> bool:
+    """Add what `clause` does to `places`; False when it is not an addressed edit of `lines`."""
+    rename = requested_rename(clause)
+    if rename is not None:
+        held = term_lines(rename[0], lines)
+        places.rewrite.update(held)
+        return bool(held)
+    quoted = [q[1:-1] for q in _QUOTED.findall(clause)]
+    masked = _QUOTED.sub(" Q ", clause)
+    refs = [(int(a), int(b) if b else int(a)) for a, b in _LINE_REF.findall(masked)]
+    plain = _LINE_REF.sub(" ", masked)
+    words = {w.lower() for w in _WORD.findall(plain)} - {"Q", "q"}
+    if words & _DROP:
+        return read_drop(words, refs, quoted, lines, places)
+    if words & _INSERT or "start" in words:
+        return read_insert(words, refs, quoted, lines, places)
+    return read_rewrite(clause, plain, words, refs, lines, places)
+
+
+def read_drop(words: set[str], refs: list[tuple[int, int]], quoted: list[str], lines: Sequence[str],
+              places: Places) -> bool:
+    """"Delete lines 4-6", "Remove line 27 (`code`)", "Remove the block starting at line 3",
+    "Delete the statement `code`" (the one line that is that code)."""
+    if not words <= _WORDS or words & (_INSERT | _BEFORE | _AFTER) or len(refs) > 1 or len(quoted) > 1:
+        return False
+    if not refs:
+        found = [n for n, line in enumerate(lines, 1) if quoted and line.strip() == quoted[0].strip()]
+        places.drop.update(found)
+        return len(found) == 1 and bool(words & {"statement", "line"})
+    first, last = refs[0]
+    if not 1 <= first <= last <= len(lines) or (quoted and quoted[0].strip() not in lines[first - 1]):
+        return False
+    if "block" in words:
+        if first != last:
+            return False
+        last = block_end(lines, first)
+    places.drop.update(range(first, last + 1))
+    return True
+
+
+def read_insert(words: set[str], refs: list[tuple[int, int]], quoted: list[str], lines: Sequence[str],
+                places: Places) -> bool:
+    """"Add `x` after line 9", "Put `# note` on a new line just before line 3", "Insert `import os`
+    at the top" / "as the first line", "Start the file with `x`": new text (quoted) at one point."""
+    if not words <= _WORDS or len(quoted) != 1 or words & _DROP:
+        return False
+    before, after = bool(words & _BEFORE), bool(words & _AFTER)
+    if not refs:
+        at_top = bool(words & {"top", "first", "beginning", "start"}) and not (before or after)
+        places.insert_after.update([0] if at_top else [])
+        return at_top
+    first, last = refs[0]
+    if len(refs) != 1 or first != last or before == after or not 1 <= first <= len(lines):
+        return False
+    places.insert_after.add(first - 1 if before else first)
+    return True
+
+
+def read_rewrite(clause: str, plain: str, words: set[str], refs: list[tuple[int, int]], lines: Sequence[str],
+                 places: Places) -> bool:
+    """One line rewritten: "Replace line 4 with `x`", "Line 5 should read `x`", "Change 1 to 2 on
+    line 12", "Set 'g' on line 19 to 'h' instead", "Fix the bug on line 7"."""
+    if len(refs) != 1 or refs[0][0] != refs[0][1] or not 1 <= refs[0][0] <= len(lines):
+        return False
+    values: set[str] = set()
+    for pattern in _LITERALS:
+        match = pattern.search(plain)
+        if match:
+            values = {w.lower() for group in match.groups() for w in _WORD.findall(group)}
+            break
+    if not (words - values) <= _WORDS or not words & {"change", "replace", "set", "use", "rewrite", "read", "fix", "bug"}:
+        return False
+    places.rewrite.add(refs[0][0])
+    return True
+
+
+def block_end(lines: Sequence[str], header: int) -> int:
+    """The last line of the block line `header` opens: up to its matching brace when it ends with
+    `{` (braces counted as characters), else the lines after it indented deeper (blank lines inside
+    count, trailing ones do not) and a closing bracket line at its own indent."""
+    if lines[header - 1].rstrip().endswith("{"):
+        depth = 0
+        for number in range(header, len(lines) + 1):
+            depth += lines[number - 1].count("{") - lines[number - 1].count("}")
+            if depth <= 0:
+                return number
+    width = _indent(lines[header - 1])
+    end = header
+    for number in range(header + 1, len(lines) + 1):
+        text = lines[number - 1]
+        if not text.strip():
+            continue
+        if _indent(text) > width:
+            end = number
+            continue
+        if _indent(text) == width and text.strip()[0] in "})]":
+            end = number
+        break
+    return end
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())

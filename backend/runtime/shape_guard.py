@@ -1,0 +1,93 @@
+"""An edit whose place the instruction fixes keeps its program's shape: the decoder refuses the
+tokens that would break it.
+
+"Rename `stmt` -> `stmt2`", "Delete lines 4-6", "Add `pass` after line 9", "Change 1 to 2 on line
+12": such instructions fix which input lines are kept, dropped or rewritten and where new lines go
+(backend/core/addressed.py reads them; backend/core/line_shape.py says what a program in that shape
+looks like). The shipped model writes copies and gens, on the wrong lines: it copies the line it
+should rewrite or drop, rewrites a neighbour, skips lines, stops a copy one line short
+(docs/results.md: 0 of 22 held-out renames exact under every adapter and prompt tried). Finding the
+lines is what it cannot do, and what a checker can. Here the decoder refuses every token that would
+leave the shape (the model's next choice is taken), and a gen that has written its lines may only
+close. What each rewritten or inserted line says is still the model's to write.
+
+Measured on the held-out dev split (docs/results.md): renames 0 -> 11 of 22 exact (2026-12-07);
+the other addressed kinds in the same section. Only instructions whose every clause is an addressed
+edit of lines the input has are touched; otherwise the decode is exactly as without the guard. On by
+default in model mode (`EditEngine(guard_shapes=False)`, `edit` / `evaluate --no-shape-guard` turn
+it off); not in a traced or branched run (search.py); in process only: a remote engine (vLLM,
+SGLang, llama.cpp server) chooses its own tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from backend.core.addressed import requested_shape
+from backend.core.line_shape import LineShape
+from backend.core.lines import split_lines
+from backend.runtime.decode_run import DecodeRun
+from backend.runtime.early_end import rest_to_copy
+
+# A bound that is never met while every reachable state keeps an allowed token (at most the ten
+# digits, '-', '"' and EOS are refused in a row); past it the choice stands.
+MAX_REFUSALS = 64
+
+
+def program_shape(source: str, instruction: str | None) -> LineShape | None:
+    """The shape a program for `instruction` on `source` must keep, when the instruction fixes one;
+    else None (the guard is off)."""
+    return requested_shape(instruction, split_lines(source))
+
+
+def keep_shape(run: DecodeRun, logits: torch.Tensor, token: int | None) -> int | None:
+    """The model's choice, or its best choice that keeps the program in the run's shape.
+    `logits` were masked in place by `choose`; refused tokens are set to -inf there too. A gen that
+    has written all its lines may only close: its choice is among the tokens that spell '</gen>'.
+    Without a shape to keep (`run.shape` None) the choice is returned as it is."""
+    if run.shape is None:
+        return token
+    temperature, top_p, generator = run.sampling
+    if token is not None and not in_shape(run, token) and open_gen_is_full(run):
+        with torch.inference_mode():
+            closing = run.grammar.gen_close_ids(run.state.core[1])  # core[1]: '</gen>' written so far
+            kept = logits.index_select(0, closing)
+            logits.fill_(float("-inf"))
+            logits.index_copy_(0, closing, kept)
+        token = run.grammar.choose(logits, run.state, temperature, top_p, generator)
+    for _ in range(MAX_REFUSALS):
+        if token is None or in_shape(run, token):
+            return token
+        run.counts.shape_refused += 1
+        with torch.inference_mode():
+            logits[token] = float("-inf")
+        token = run.grammar.choose(logits, run.state, temperature, top_p, generator)
+    return token  # not reached while the invariant holds: a guard must never stop a decode
+
+
+def open_gen_is_full(run: DecodeRun) -> bool:
+    """Whether the run is inside a gen that has written every line the shape lets it write."""
+    shape = run.shape
+    if shape is None or run.state.mode != "gen":
+        return False
+    position = shape.covered(run.ops)
+    return position is not None and shape.gen_is_full(position, run.fsm.open_gen_text(run.state))
+
+
+def in_shape(run: DecodeRun, token: int) -> bool:
+    """Whether choosing `token` leaves the program able to end in the shape."""
+    shape = run.shape
+    if shape is None:
+        return True
+    if token == run.grammar.eos_id:
+        return shape.may_end(run.ops, rest_at_end(run))
+    step = run.fsm.advance(run.state, token)
+    return shape.allows(step.state.core, run.fsm.open_gen_text(step.state), run.ops, step.completed)
+
+
+def rest_at_end(run: DecodeRun) -> tuple[int, int] | None:
+    """The lines the decoder copies after the model's EOS (early_end.py): none when the program
+    already reads its whole shape (a deletion of the file's last lines stays deleted)."""
+    if not run.copy_rest or (run.shape is not None and run.shape.may_end(run.ops, None)):
+        return None
+    return rest_to_copy(run.ops, run.state.n_lines)
