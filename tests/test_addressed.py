@@ -2,8 +2,8 @@
 
 import pytest
 
-from backend.core.addressed import block_end, requested_shape, split_clauses
-from backend.core.line_shape import LineShape
+from backend.core.addressed import block_end, indentations, literal_options, requested_shape, split_clauses
+from backend.core.line_shape import INSERT, REWRITE, LineShape, LineText
 
 LINES = [f"line{n} = {n}\n" for n in range(1, 31)]
 LINES[9] = "    return value\n"
@@ -12,6 +12,8 @@ LINES[12] = "    go()\n"
 LINES[13] = "\n"
 LINES[14] = "    stop()\n"
 LINES[15] = "done = True\n"
+LINES[21] = "a[1] = fn(*a[0], 10, v1)\n"
+LINES[18] = "c = 'g' + 'g'\n"
 N = len(LINES)
 
 
@@ -55,7 +57,7 @@ def shape(rewrite=(), drop=(), insert_after=()):
     ("Put `# hi` on a new line just before line 20.\nChange line 6 to: `x`", shape(rewrite=(6,), insert_after=(19,))),
 ])
 def test_addressed_instructions_fix_their_shape(instruction, expected):
-    assert requested_shape(instruction, LINES) == expected
+    assert requested_shape(instruction, LINES).slots == expected.slots
 
 
 @pytest.mark.parametrize("instruction", [
@@ -74,6 +76,7 @@ def test_addressed_instructions_fix_their_shape(instruction, expected):
     "Delete line 4. Then Replace line 4 with `x`.",       # one line dropped and rewritten
     "Apply this:\n```python\nx = 1\n```\nDelete line 2.",  # an update snippet
     "Add `x` after line 3 before line 4.",               # two places for one insertion
+    "Add `x` after line 3. Then Add `y` after line 3.",   # two lines for one insertion point
     "",
 ])
 def test_anything_else_fixes_no_shape(instruction):
@@ -91,7 +94,7 @@ def test_clauses_split_on_numbering_lines_and_then():
 
 
 def test_quoted_code_is_not_read_for_line_numbers_or_words():
-    assert requested_shape("Replace line 4 with `delete line 9 and more`.", LINES) == shape(rewrite=(4,))
+    assert requested_shape("Replace line 4 with `delete line 9 and more`.", LINES).slots == shape(rewrite=(4,)).slots
 
 
 def test_block_end_follows_indentation_or_braces():
@@ -99,3 +102,34 @@ def test_block_end_follows_indentation_or_braces():
     assert block_end(["f(\n", "    a,\n", ")\n", "g\n"], 1) == 3       # a closing bracket at the header's indent
     assert block_end(["if (a) {\n", "  b();\n", "}\n", "c();\n"], 1) == 3
     assert block_end(["x = 1\n", "y = 2\n"], 1) == 1                   # nothing below: the line alone
+
+
+def test_a_quoted_line_is_the_text_of_its_gen_at_one_of_the_input_s_indentations():
+    inserted = requested_shape("Add `pass` after line 12.", LINES)
+    (position, (option,)), = inserted.texts
+    assert inserted.slots[position - 1] == (INSERT, 12)
+    assert option.text == "pass\n" and option.indents[0] == "    "       # line 13's indentation first
+    assert set(option.indents) == {"    ", ""}
+    replaced = requested_shape("Replace line 10 with `return other`.", LINES)
+    assert replaced.texts == ((10, (LineText("return other\n", ("    ", "")),)),)
+
+
+def test_a_literal_change_is_the_line_with_that_value_changed_once():
+    shape = requested_shape("Change 1 to 2 on line 22.", LINES)
+    assert shape.texts == ((22, (LineText("a[2] = fn(*a[0], 10, v1)\n"),)),)   # not the 1 of 10 or v1
+    two = requested_shape("Set 'g' on line 19 to 'h' instead.", LINES)
+    assert [o.text for o in two.line_texts(19)] == ["c = 'h' + 'g'\n", "c = 'g' + 'h'\n"]  # the model picks
+    other_quotes = requested_shape('In line 19 use "h" rather than "g".', LINES)
+    assert [o.text for o in other_quotes.line_texts(19)][0] == "c = 'h' + 'g'\n"
+    absent = requested_shape("Change 7 to 8 on line 22.", LINES)
+    assert absent.slots[21] == (REWRITE, 22) and absent.texts == ()          # any text: the model's
+
+
+def test_literal_options_keep_the_line_ending_or_its_absence():
+    assert literal_options("x = 0", "0", "1") == [LineText("x = 1")]
+    assert literal_options("x = 0.5\n", "0", "1") == []                        # 0 is not the 0 of 0.5
+    assert literal_options("f(`a`)\n", "`a`", "`b`") == [LineText("f(`b`)\n")]   # backticks only mark code
+
+
+def test_indentations_are_ordered_by_use():
+    assert indentations(["a\n", "    b\n", "    c\n", "\td\n", "\n"]) == ("    ", "", "\t")

@@ -7,7 +7,7 @@ import torch
 
 from backend.core.char_grammar import BETWEEN, FIRST_LINE, IN_GEN, IN_TAG, LAST_LINE
 from backend.core.fsm import TokenFSM
-from backend.core.line_shape import MAX_INSERTED_LINES, LineShape, gen_line_count
+from backend.core.line_shape import INSERT, MAX_INSERTED_LINES, LineShape, LineText, gen_line_count
 from backend.core.program import CopyLines, Gen
 from backend.runtime.decoder import decode_program
 from backend.runtime.grammar import Grammar
@@ -64,6 +64,13 @@ def test_a_copy_may_stop_short_of_the_next_kept_out_line_and_go_on():
 ])
 def test_allows_judges_copy_and_gen_openings(core, before, expected):
     assert SHAPE.allows(core, "", before, []) is expected
+
+
+def test_a_written_copy_runs_to_the_end_of_its_kept_run():
+    shape = LineShape.build(9, rewrite=(5,))
+    assert shape.allows((LAST_LINE, "4", 1), "", [], []) and shape.allows((IN_TAG, '"', 1, 4), "", [], [])
+    assert not shape.allows((LAST_LINE, "3", 1), "", [], []) and not shape.allows((IN_TAG, '"', 1, 3), "", [], [])
+    assert shape.covered([CopyLines(1, 2), CopyLines(3, 4)]) == 5   # split copies still read (a copied rest)
 
 
 def test_an_open_gen_may_write_the_kept_out_run_and_nothing_after_its_last_line_end():
@@ -228,3 +235,30 @@ def test_an_insertion_written_where_asked_is_left_alone(grammar):
     ops = [CopyLines(1, 2), Gen("# hi\n"), CopyLines(3, 5)]
     result = run(ops, grammar, instruction="Add `# hi` after line 2.", guard_shapes=True)
     assert result.output == "a = 1\nb = a\n# hi\nc = 2\nd = a + c\ne = 3\n" and result.metrics.shape_refused == 0
+
+
+# -- quoted lines -----------------------------------------------------------------------------------
+
+
+def test_a_gen_with_a_quoted_line_writes_that_line_at_one_of_its_indentations():
+    shape = LineShape.build(3, insert_after=(1,), texts={(INSERT, 1): [LineText("pass\n", ("    ", ""))]})
+    assert shape.gen_room(2) == 1
+    gen = (IN_GEN, 0, True)
+    before = [CopyLines(1, 1)]
+    assert shape.allows(gen, "  ", before, []) and shape.allows(gen, "    pa", before, [])
+    assert not shape.allows(gen, "    pass = 1", before, []) and not shape.allows(gen, "     ", before, [])
+    assert shape.may_end([CopyLines(1, 1), Gen("pass\n"), CopyLines(2, 3)], None)
+    assert shape.covered([CopyLines(1, 1), Gen("    pas\n")]) is None
+    assert shape.text_to_write(2, "  ") == "  pass\n" and shape.text_to_write(2, "x") is None
+
+
+def test_the_guard_writes_a_quoted_line_the_model_does_not(grammar):
+    """The scripted model copies everything; asked for an insertion it is made to open a gen at line
+    2's end, and (its own choices refused) the quoted line is written for it."""
+    result = run([CopyLines(1, 5)], grammar, instruction="Add `# hi` after line 2.", guard_shapes=True)
+    assert result.output == "a = 1\nb = a\n# hi\nc = 2\nd = a + c\ne = 3\n" and result.stop_reason == "eos"
+
+
+def test_the_guard_makes_a_literal_change_exactly(grammar):
+    result = run([CopyLines(1, 5)], grammar, instruction="Change 2 to 7 on line 3.", guard_shapes=True)
+    assert result.output == "a = 1\nb = a\nc = 7\nd = a + c\ne = 3\n" and result.metrics.shape_refused >= 1

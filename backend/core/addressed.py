@@ -22,7 +22,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from backend.core.line_shape import LineShape
+from backend.core.line_shape import INSERT, REWRITE, LineShape, LineText
 from backend.core.lines import strip_line_ending
 from backend.core.locate import requested_rename, term_lines
 
@@ -47,13 +47,14 @@ _INSERT = frozenset("add insert put".split())
 _BEFORE = frozenset("above before".split())
 _AFTER = frozenset("after below".split())
 # A literal change names the old and the new value, bare or quoted: "Change 1 to 2 on line 12",
-# "In line 8 use True rather than False". Bare values are taken out before the word check.
-_VALUE = r"(\S+?)"
-_LITERALS = tuple(re.compile(p, re.I) for p in (
-    rf"\bchange\s+{_VALUE}\s+to\s+{_VALUE}(?=\s+on\b|\s*[.,]?\s*$)",
-    rf"\buse\s+{_VALUE}\s+rather\s+than\s+{_VALUE}\s*\.?$",
-    rf"\breplace\s+the\s+value\s+{_VALUE}\s+with\s+{_VALUE}\s*\.?$",
-    rf"\bset\s+{_VALUE}\s+on\b.*\bto\s+{_VALUE}(?=\s+instead|\s*\.?$)",
+# "In line 8 use True rather than False". Read on the clause without its line reference; bare
+# values are taken out before the word check. (pattern, group of the old value, of the new one)
+_VALUE = r"(\"[^\"\n]*\"|'[^'\n]*'|`[^`\n]*`|\S+?)"
+_LITERALS = tuple((re.compile(p, re.I), old, new) for p, old, new in (
+    (rf"\bchange\s+{_VALUE}\s+to\s+{_VALUE}(?=\s+on\b|\s*[.,]?\s*$)", 1, 2),
+    (rf"\buse\s+{_VALUE}\s+rather\s+than\s+{_VALUE}\s*\.?$", 2, 1),
+    (rf"\breplace\s+the\s+value\s+{_VALUE}\s+with\s+{_VALUE}\s*\.?$", 1, 2),
+    (rf"\bset\s+{_VALUE}\s+on\b.*\bto\s+{_VALUE}(?=\s+instead|\s*\.?$)", 1, 2),
 ))
 
 
@@ -64,6 +65,23 @@ class Places:
     rewrite: set[int] = field(default_factory=set)
     drop: set[int] = field(default_factory=set)
     insert_after: set[int] = field(default_factory=set)
+    texts: dict[tuple[str, int], list[LineText]] = field(default_factory=dict)
+    last_ending: str = "\n"  # the input's last line's ending ("" without one): a rewrite of it keeps that
+    indents: tuple[str, ...] = ("",)  # the input's indentations, most used first
+
+    def quoted_line(self, code: str, near: Sequence[str]) -> list[LineText]:
+        """A quoted line, `code`, at one of the input's indentations: those of the lines `near`
+        the place first."""
+        preferred = [_indent_of(line) for line in near]
+        return [LineText(code.strip() + "\n", tuple(dict.fromkeys(preferred + list(self.indents))))]
+
+    def quote(self, slot: tuple[str, int], options: list[LineText]) -> bool:
+        """Fix what the gen at `slot` writes; False when another clause fixed something else."""
+        if self.texts.get(slot, options) != options:
+            return False
+        if options:
+            self.texts[slot] = options
+        return True
 
 
 def requested_shape(instruction: str | None, lines: Sequence[str]) -> LineShape | None:
@@ -72,13 +90,13 @@ def requested_shape(instruction: str | None, lines: Sequence[str]) -> LineShape 
     if not instruction or not lines or _FENCED.search(instruction):
         return None
     bare = [strip_line_ending(line) for line in lines]
-    places = Places()
+    places = Places(last_ending="" if strip_line_ending(lines[-1]) == lines[-1] else "\n", indents=indentations(bare))
     clauses = split_clauses(instruction)
     if not clauses or not all(read_clause(clause, bare, places) for clause in clauses):
         return None
     if places.rewrite & places.drop:
         return None
-    return LineShape.build(len(bare), places.rewrite, places.drop, places.insert_after)
+    return LineShape.build(len(bare), places.rewrite, places.drop, places.insert_after, places.texts)
 
 
 def split_clauses(instruction: str) -> list[str]:
@@ -108,7 +126,7 @@ def read_clause(clause: str, lines: Sequence[str], places: Places) -> bool:
         return read_drop(words, refs, quoted, lines, places)
     if words & _INSERT or "start" in words:
         return read_insert(words, refs, quoted, lines, places)
-    return read_rewrite(clause, plain, words, refs, lines, places)
+    return read_rewrite(_LINE_REF.sub(" ", clause), plain, words, refs, quoted, lines, places)
 
 
 def read_drop(words: set[str], refs: list[tuple[int, int]], quoted: list[str], lines: Sequence[str],
@@ -142,30 +160,54 @@ def read_insert(words: set[str], refs: list[tuple[int, int]], quoted: list[str],
     if not refs:
         at_top = bool(words & {"top", "first", "beginning", "start"}) and not (before or after)
         places.insert_after.update([0] if at_top else [])
-        return at_top
+        return at_top and places.quote((INSERT, 0), places.quoted_line(quoted[0], lines[:1]))
     first, last = refs[0]
     if len(refs) != 1 or first != last or before == after or not 1 <= first <= len(lines):
         return False
-    places.insert_after.add(first - 1 if before else first)
-    return True
+    point = first - 1 if before else first
+    places.insert_after.add(point)
+    return places.quote((INSERT, point), places.quoted_line(quoted[0], [*lines[point:point + 1], *lines[max(point - 1, 0):point]]))
 
 
-def read_rewrite(clause: str, plain: str, words: set[str], refs: list[tuple[int, int]], lines: Sequence[str],
-                 places: Places) -> bool:
-    """One line rewritten: "Replace line 4 with `x`", "Line 5 should read `x`", "Change 1 to 2 on
-    line 12", "Set 'g' on line 19 to 'h' instead", "Fix the bug on line 7"."""
+def read_rewrite(unlined: str, plain: str, words: set[str], refs: list[tuple[int, int]], quoted: list[str],
+                 lines: Sequence[str], places: Places) -> bool:
+    """One line rewritten: "Replace line 4 with `x`", "Line 5 should read `x`" (that line, any
+    indentation), "Change 1 to 2 on line 12", "Set 'g' on line 19 to 'h' instead" (the line with
+    that one change), "Fix the bug on line 7" (any text). `unlined`: the clause without its line
+    reference, quotes kept; `plain`: the same with quoted code masked."""
     if len(refs) != 1 or refs[0][0] != refs[0][1] or not 1 <= refs[0][0] <= len(lines):
         return False
+    number = refs[0][0]
     values: set[str] = set()
-    for pattern in _LITERALS:
-        match = pattern.search(plain)
-        if match:
-            values = {w.lower() for group in match.groups() for w in _WORD.findall(group)}
-            break
+    options: list[LineText] = []
+    literal = next((match for match in (p.search(unlined) for p, _, _ in _LITERALS) if match), None)
+    if literal is not None:
+        _, old, new = next(entry for entry in _LITERALS if entry[0].search(unlined))
+        values = {w.lower() for group in literal.groups() for w in _WORD.findall(group) if not _QUOTED.fullmatch(group)}
+        ending = places.last_ending if number == len(lines) else "\n"
+        options = literal_options(lines[number - 1] + ending, literal.group(old), literal.group(new))
+    elif len(quoted) == 1:
+        options = places.quoted_line(quoted[0], lines[number - 1:number])
     if not (words - values) <= _WORDS or not words & {"change", "replace", "set", "use", "rewrite", "read", "fix", "bug"}:
         return False
-    places.rewrite.add(refs[0][0])
-    return True
+    places.rewrite.add(number)
+    return places.quote((REWRITE, number), options)
+
+
+def literal_options(line: str, old: str, new: str) -> list[LineText]:
+    """`line` (with its ending) with one occurrence of the value `old` changed to `new`, one option per occurrence
+    (a bare value as a whole token: `1` is not the 1 of `10` or `v1`); [] when `old` is not there.
+    Backticks around a value are not part of it; quote marks are, unless the line lacks them."""
+    old, new = old.strip("`"), new.strip("`")
+    if old not in line and old[:1] == old[-1:] and old[:1] in "\"'":
+        old, new = old[1:-1], new[1:-1] if new[:1] == new[-1:] and new[:1] in "\"'" else new
+    if not old:
+        return []
+    ending = "\n" if line.endswith(("\n", "\r")) else ""
+    body = line.rstrip("\r\n")
+    bounded = _QUOTED.fullmatch(old) is None and re.fullmatch(r"[\w.]+", old) is not None
+    pattern = rf"(?<![\w.]){re.escape(old)}(?![\w]|\.\d)" if bounded else re.escape(old)
+    return [LineText(body[: m.start()] + new + body[m.end():] + ending) for m in re.finditer(pattern, body)]
 
 
 def block_end(lines: Sequence[str], header: int) -> int:
@@ -195,3 +237,16 @@ def block_end(lines: Sequence[str], header: int) -> int:
 
 def _indent(line: str) -> int:
     return len(line) - len(line.lstrip())
+
+
+def _indent_of(line: str) -> str:
+    return line[: len(line) - len(line.lstrip(" \t"))] if line.strip() else ""
+
+
+def indentations(lines: Sequence[str]) -> tuple[str, ...]:
+    """The indentations of the non-blank `lines`, most used first, and no indentation."""
+    counts: dict[str, int] = {}
+    for line in lines:
+        if line.strip():
+            counts[_indent_of(line)] = counts.get(_indent_of(line), 0) + 1
+    return tuple(dict.fromkeys(sorted(counts, key=lambda indent: -counts[indent]) + [""]))

@@ -58,11 +58,6 @@ def _extendable(digits: str, low: int, high: int) -> bool:
     return False
 
 
-def number_in_range(digits: str, low: int, high: int) -> bool:
-    """Whether some line number in [low, high] starts with `digits` (no leading zero)."""
-    return _extendable(digits, low, high)
-
-
 def number_can_grow(digits: str, low: int, n: int) -> bool:
     """Whether one more digit after `digits` still names a line in [low, n]: while it can, the line
     number being written is not final."""

@@ -15,16 +15,20 @@ what each gen says, and where a copy or a gen is split, stays the model's choice
 `LineShape.allows` judges the grammar position a token leads to: whether the program can still be
 finished in the shape. Every position it allows extends to a valid program in the shape, as the
 grammar's own prefixes extend to valid programs (backend/core/char_grammar.py). A decoder refuses
-tokens it rejects (backend/runtime/shape_guard.py). Positions are 1-based slot numbers; without
-drops and insertions slot n is input line n. Standard library only.
+tokens it rejects (backend/runtime/shape_guard.py). A copy the model writes runs to the end of its
+run of kept lines: where a copy is split changes no output, and a copy cut short at a refused digit
+("1-12" where the model meant "1-126" past line 62, the end of its run) made the model go on in
+one-line copies until the token limit (dev/00019). `covered` still accepts split copies (the
+decoder's copied rest, a program read back). Positions are 1-based slot numbers; without drops and
+insertions slot n is input line n. Standard library only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from backend.core.char_grammar import FIRST_LINE, IN_GEN, IN_TAG, LAST_LINE, Core, number_in_range
+from backend.core.char_grammar import FIRST_LINE, IN_GEN, IN_TAG, LAST_LINE, Core
 from backend.core.program import CopyLines, Gen, Op
 
 KEEP, REWRITE, DROP, INSERT = "keep", "rewrite", "drop", "insert"
@@ -40,19 +44,41 @@ def gen_line_count(text: str) -> int:
 
 
 @dataclass(frozen=True)
+class LineText:
+    """The one line a gen must write where the instruction quotes it: `text` with its ending, after
+    one of `indents` ("Add `pass` after line 9": the model picks among the input's indentations,
+    the likeliest first), or exactly ("Change 1 to 2 on line 12": line 12 with that one change)."""
+
+    text: str
+    indents: tuple[str, ...] = ("",)
+
+    def whole(self, written: str) -> str | None:
+        """The first whole line `written` is a start of, else None."""
+        return next((indent + self.text for indent in self.indents if (indent + self.text).startswith(written)), None)
+
+    def is_whole(self, text: str) -> bool:
+        return any(indent + self.text == text for indent in self.indents)
+
+
+@dataclass(frozen=True)
 class LineShape:
     """`slots`: (kind, line) front to back; an INSERT slot's line is the input line it follows (0:
-    the top). `n_lines`: the input's line count. Build one with `LineShape.build`."""
+    the top). `n_lines`: the input's line count. `texts`: (position, the lines a one-line gen there
+    may write) where the instruction quotes them. Build one with `LineShape.build`."""
 
     slots: tuple[tuple[str, int], ...]
     n_lines: int
+    texts: tuple[tuple[int, tuple[LineText, ...]], ...] = ()
 
     @classmethod
     def build(cls, n_lines: int, rewrite: Iterable[int] = (), drop: Iterable[int] = (),
-              insert_after: Iterable[int] = ()) -> LineShape:
+              insert_after: Iterable[int] = (),
+              texts: Mapping[tuple[str, int], Sequence[LineText]] | None = None) -> LineShape:
         """The shape over input lines 1..n_lines: `rewrite` lines written by gens, `drop` lines
         left out, new lines inserted after each line of `insert_after` (0: before line 1), the
-        rest kept. ValueError when a line is both rewritten and dropped or out of range."""
+        rest kept; `texts`: for a slot (REWRITE, line) or (INSERT, line), the lines its gen may
+        write (one line, one of these). ValueError when a line is both rewritten and dropped, out
+        of range, or texts name a slot the shape lacks."""
         rewritten, dropped, points = set(rewrite), set(drop), set(insert_after)
         if rewritten & dropped or not all(1 <= n <= n_lines for n in rewritten | dropped) \
                 or not all(0 <= n <= n_lines for n in points):
@@ -62,7 +88,11 @@ class LineShape:
             slots.append((REWRITE if line in rewritten else DROP if line in dropped else KEEP, line))
             if line in points:
                 slots.append((INSERT, line))
-        return cls(tuple(slots), n_lines)
+        texts = texts or {}
+        if not set(texts) <= set(slots):
+            raise ValueError("texts name a slot the line shape lacks")
+        return cls(tuple(slots), n_lines,
+                   tuple((slots.index(slot) + 1, tuple(texts[slot])) for slot in sorted(texts, key=slots.index)))
 
     @property
     def end(self) -> int:
@@ -94,8 +124,24 @@ class LineShape:
             return self.line(position) - 1 if position < self.end else self.n_lines
         return self.line(position) + self.run(position, KEEP) - 1
 
+    def line_texts(self, position: int) -> tuple[LineText, ...]:
+        """The lines a gen at `position` may write ((): any text)."""
+        return next((options for at, options in self.texts if at == position), ())
+
+    def text_fits(self, position: int, written: str) -> bool:
+        """Whether a gen at `position` that wrote `written` can still write one of its lines."""
+        options = self.line_texts(position)
+        return not options or any(option.whole(written) is not None for option in options)
+
+    def text_to_write(self, position: int, written: str) -> str | None:
+        """The rest of the first line a gen at `position` may write after `written` (None: any)."""
+        wholes = (option.whole(written) for option in self.line_texts(position))
+        return next((whole[len(written):] for whole in wholes if whole is not None), None)
+
     def gen_room(self, position: int) -> int:
         """How many lines a gen opened at `position` may write (0: no gen here)."""
+        if self.line_texts(position):
+            return 1
         kind = self.kind(position)
         return self.run(position, REWRITE) if kind == REWRITE else MAX_INSERTED_LINES if kind == INSERT else 0
 
@@ -118,13 +164,17 @@ class LineShape:
                 position += op.end - op.start + 1
             elif isinstance(op, Gen):
                 written = gen_line_count(op.text)
-                if written == 0 or written > self.gen_room(position):
+                if written == 0 or written > self.gen_room(position) or not self._whole_text(position, op.text):
                     return None
                 position = self.after_gen(position, written)
                 if not op.text.endswith("\n") and self.skip_dropped(position) < self.end:
                     return None
             position = self.skip_dropped(position)
         return position
+
+    def _whole_text(self, position: int, text: str) -> bool:
+        options = self.line_texts(position)
+        return not options or any(option.is_whole(text) for option in options)
 
     def gen_is_full(self, position: int, text: str) -> bool:
         """Whether a gen opened at `position` has written all the lines it may (`text` so far)."""
@@ -145,18 +195,19 @@ class LineShape:
             return self.gen_room(position) > 0
         if mode == IN_GEN:  # at most its room's lines, nothing after the last one's end
             lines, room = gen_text.count("\n"), self.gen_room(position)
-            return lines < room or (lines == room and gen_text.endswith("\n"))
+            fits = lines < room or (lines == room and gen_text.endswith("\n"))
+            return fits and self.text_fits(position, gen_text)
         if lit.startswith("<c") or mode == FIRST_LINE:  # a copy starts at the next kept line
             digits = core[1] if mode == FIRST_LINE else ""
             return self.kind(position) == KEEP and str(self.line(position)).startswith(digits)
-        if mode == LAST_LINE:
+        if mode == LAST_LINE:  # a copy runs to the end of its kept run (see `copy_end_limit`)
             first, digits = core[2], core[1]
             if self.kind(position) != KEEP or first != self.line(position):
                 return False
-            return not digits or number_in_range(digits, first, self.copy_end_limit(position))
+            return str(self.copy_end_limit(position)).startswith(digits)
         if lit.startswith('"'):  # the line numbers are read, the tag not closed
             return bool(self.kind(position) == KEEP and core[2] == self.line(position)
-                        and core[3] <= self.copy_end_limit(position))
+                        and core[3] == self.copy_end_limit(position))
         return True
 
     def may_end(self, ops: Sequence[Op], rest: tuple[int, int] | None) -> bool:

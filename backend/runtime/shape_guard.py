@@ -28,10 +28,15 @@ from backend.core.line_shape import LineShape
 from backend.core.lines import split_lines
 from backend.runtime.decode_run import DecodeRun
 from backend.runtime.early_end import rest_to_copy
+from backend.runtime.program_text import encode_text
 
 # A bound that is never met while every reachable state keeps an allowed token (at most the ten
-# digits, '-', '"' and EOS are refused in a row); past it the choice stands.
+# digits, '-', '"' and EOS are refused in a row, and a quoted line's text is written for the model
+# after QUOTED_TRIES); past it the choice stands.
 MAX_REFUSALS = 64
+# Where the instruction quotes the line a gen writes, the model's own choices are tried this many
+# times (its indentation, its spelling of the text), then the quoted text's next token is taken.
+QUOTED_TRIES = 8
 
 
 def program_shape(source: str, instruction: str | None) -> LineShape | None:
@@ -55,14 +60,32 @@ def keep_shape(run: DecodeRun, logits: torch.Tensor, token: int | None) -> int |
             logits.fill_(float("-inf"))
             logits.index_copy_(0, closing, kept)
         token = run.grammar.choose(logits, run.state, temperature, top_p, generator)
-    for _ in range(MAX_REFUSALS):
+    for tries in range(MAX_REFUSALS):
         if token is None or in_shape(run, token):
             return token
         run.counts.shape_refused += 1
+        quoted = quoted_text_token(run) if tries >= QUOTED_TRIES else None
+        if quoted is not None:
+            return quoted
         with torch.inference_mode():
             logits[token] = float("-inf")
         token = run.grammar.choose(logits, run.state, temperature, top_p, generator)
     return token  # not reached while the invariant holds: a guard must never stop a decode
+
+
+def quoted_text_token(run: DecodeRun) -> int | None:
+    """The first token of what is left of the line the open gen must write, where the instruction
+    quotes it ("Add `pass` after line 9"), when that token keeps the shape; else None."""
+    shape = run.shape
+    if shape is None or run.state.mode != "gen":
+        return None
+    position = shape.covered(run.ops)
+    rest = shape.text_to_write(position, run.fsm.open_gen_text(run.state)) if position is not None else None
+    ids = encode_text(run.tokenizer, rest) if rest else []
+    try:
+        return ids[0] if ids and in_shape(run, ids[0]) else None
+    except ValueError:  # a token the grammar does not allow here (a part of '</gen>')
+        return None
 
 
 def open_gen_is_full(run: DecodeRun) -> bool:
