@@ -2,7 +2,7 @@
 
 import pytest
 
-from backend.core.addressed import block_end, indentations, literal_options, requested_shape, split_clauses
+from backend.core.addressed import block_end, indentations, literal_options, rename_options, requested_shape, split_clauses
 from backend.core.line_shape import INSERT, REWRITE, LineShape, LineText
 
 LINES = [f"line{n} = {n}\n" for n in range(1, 31)]
@@ -133,3 +133,16 @@ def test_literal_options_keep_the_line_ending_or_its_absence():
 
 def test_indentations_are_ordered_by_use():
     assert indentations(["a\n", "    b\n", "    c\n", "\td\n", "\n"]) == ("    ", "", "\t")
+
+
+def test_rename_options_rename_every_occurrence_first_and_none_last():
+    texts = [o.text for o in rename_options("f(a, 'a', ab)\n", "a", "b")]
+    assert texts[0] == "f(b, 'b', ab)\n" and texts[-1] == "f(a, 'a', ab)\n"
+    assert sorted(texts[1:3]) == ["f(a, 'b', ab)\n", "f(b, 'a', ab)\n"]
+    many = rename_options("a a a a a\n", "a", "b")
+    assert [o.text for o in many] == ["b b b b b\n", "a a a a a\n"]
+
+
+def test_a_rename_fixes_the_text_of_each_line_holding_the_name():
+    shape = requested_shape("Rename line2 to second.", LINES)
+    assert shape.line_texts(2)[0].text == "second = 2\n"

@@ -100,7 +100,7 @@ def test_the_program_may_end_only_with_the_input_covered():
 
 
 def test_program_shape_is_none_unless_the_instruction_fixes_one():
-    assert program_shape(SOURCE, RENAME) == SHAPE
+    assert program_shape(SOURCE, RENAME).slots == SHAPE.slots
     assert program_shape(SOURCE, "Delete line 2.") == LineShape.build(5, drop=(2,))
     assert program_shape(SOURCE, "Rename zzz to y") is None
     assert program_shape(SOURCE, "Tidy up.") is None
@@ -262,3 +262,11 @@ def test_the_guard_writes_a_quoted_line_the_model_does_not(grammar):
 def test_the_guard_makes_a_literal_change_exactly(grammar):
     result = run([CopyLines(1, 5)], grammar, instruction="Change 2 to 7 on line 3.", guard_shapes=True)
     assert result.output == "a = 1\nb = a\nc = 7\nd = a + c\ne = 3\n" and result.metrics.shape_refused >= 1
+
+
+def test_a_rename_s_lines_are_the_held_lines_with_the_name_renamed(grammar):
+    """The script renames a neighbour too and re-indents; each held line may only be itself with
+    some of its `a`s renamed, the model's choice among them first."""
+    ops = [Gen("x = 1\nb = x\n"), CopyLines(3, 3), Gen("d = x + x\n"), CopyLines(5, 5)]
+    result = run(ops, grammar, guard_shapes=True)
+    assert result.output == RENAMED and result.metrics.shape_refused >= 1

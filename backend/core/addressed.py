@@ -8,6 +8,13 @@ the input and what happens to them: dropped, rewritten by one gen line each, or 
 at a point. Where that is certain, the decoder keeps the model's program in that shape
 (backend/runtime/shape_guard.py) and the model writes only the new text.
 
+Some instructions also fix that text, up to a choice the model makes (`LineText`): a quoted line
+("Add `pass` after line 9", "Replace line 4 with `x = 2`") is written at one of the input's
+indentations; a literal change ("Change 1 to 2 on line 12") is the named line with one occurrence
+of the value changed; a rename's lines are those lines with some of the name's occurrences renamed
+(all first; one inside a string may be meant to stay). "Fix the bug on line 7" leaves the line's
+text to the model.
+
 Reading is conservative: every clause must be one of these edits and say nothing else. Quoted code
 is set aside first; the words left must all be words such edits use (`_WORDS`), a line reference
 must name input lines, a quoted line must be the line it names ("Delete line 5: `x = 1`" where line
@@ -116,7 +123,9 @@ def read_clause(clause: str, lines: Sequence[str], places: Places) -> bool:
     if rename is not None:
         held = term_lines(rename[0], lines)
         places.rewrite.update(held)
-        return bool(held)
+        endings = [places.last_ending if number == len(lines) else "\n" for number in held]
+        return bool(held) and all(places.quote((REWRITE, number), rename_options(lines[number - 1] + ending, *rename))
+                                  for number, ending in zip(held, endings))
     quoted = [q[1:-1] for q in _QUOTED.findall(clause)]
     masked = _QUOTED.sub(" Q ", clause)
     refs = [(int(a), int(b) if b else int(a)) for a, b in _LINE_REF.findall(masked)]
@@ -192,6 +201,28 @@ def read_rewrite(unlined: str, plain: str, words: set[str], refs: list[tuple[int
         return False
     places.rewrite.add(number)
     return places.quote((REWRITE, number), options)
+
+
+# A line holding the old name this many times or more is offered only with all of them renamed or
+# none (2**k choices otherwise).
+MAX_RENAMED_CHOICES = 4
+
+
+def rename_options(line: str, old: str, new: str) -> list[LineText]:
+    """`line` (with its ending) with the name `old` (a whole word) renamed to `new`: everywhere
+    first, then at each other choice of its occurrences, then nowhere (a name inside a string or
+    a comment may be meant to stay; the model picks)."""
+    spans = [m.span() for m in re.finditer(rf"(?<![A-Za-z0-9_]){re.escape(old)}(?![A-Za-z0-9_])", line)]
+    count = len(spans)
+    masks = range(2 ** count - 1, -1, -1) if count < MAX_RENAMED_CHOICES else (2 ** count - 1, 0)
+    options = []
+    for mask in sorted(masks, key=lambda m: -bin(m).count("1")):
+        text, last = "", 0
+        for index, (start, end) in enumerate(spans):
+            text += line[last:start] + (new if mask >> index & 1 else old)
+            last = end
+        options.append(LineText(text + line[last:]))
+    return options
 
 
 def literal_options(line: str, old: str, new: str) -> list[LineText]:

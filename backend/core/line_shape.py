@@ -128,21 +128,37 @@ class LineShape:
         """The lines a gen at `position` may write ((): any text)."""
         return next((options for at, options in self.texts if at == position), ())
 
+    def gen_lines(self, position: int, written: str) -> list[tuple[int, str]]:
+        """(slot, text) of each line of `written` by a gen opened at `position`, a last partial
+        one included ("" after a line end): a rewrite's lines fill one slot each, an insertion's
+        all fill its one slot."""
+        pieces = written.split("\n")
+        texts = [piece + "\n" for piece in pieces[:-1]] + [pieces[-1]]
+        step = 0 if self.kind(position) == INSERT else 1
+        return [(position + index * step, text) for index, text in enumerate(texts)]
+
     def text_fits(self, position: int, written: str) -> bool:
-        """Whether a gen at `position` that wrote `written` can still write one of its lines."""
-        options = self.line_texts(position)
-        return not options or any(option.whole(written) is not None for option in options)
+        """Whether a gen at `position` that wrote `written` can still write a line each of its
+        slots allows: each whole line one of its slot's, the last one a start of one."""
+        *whole, (last_slot, last) = self.gen_lines(position, written)
+        return all(self._allowed_line(slot, text) for slot, text in whole) \
+            and (not self.line_texts(last_slot) or any(o.whole(last) is not None for o in self.line_texts(last_slot)))
 
     def text_to_write(self, position: int, written: str) -> str | None:
-        """The rest of the first line a gen at `position` may write after `written` (None: any)."""
-        wholes = (option.whole(written) for option in self.line_texts(position))
-        return next((whole[len(written):] for whole in wholes if whole is not None), None)
+        """The rest of the first line the slot being written after `written` allows (None: any)."""
+        slot, last = self.gen_lines(position, written)[-1]
+        wholes = (option.whole(last) for option in self.line_texts(slot))
+        return next((whole[len(last):] for whole in wholes if whole is not None), None)
+
+    def _allowed_line(self, slot: int, text: str) -> bool:
+        options = self.line_texts(slot)
+        return not options or any(option.is_whole(text) for option in options)
 
     def gen_room(self, position: int) -> int:
         """How many lines a gen opened at `position` may write (0: no gen here)."""
-        if self.line_texts(position):
-            return 1
         kind = self.kind(position)
+        if kind == INSERT and self.line_texts(position):
+            return 1
         return self.run(position, REWRITE) if kind == REWRITE else MAX_INSERTED_LINES if kind == INSERT else 0
 
     def after_gen(self, position: int, written: int) -> int:
@@ -173,8 +189,8 @@ class LineShape:
         return position
 
     def _whole_text(self, position: int, text: str) -> bool:
-        options = self.line_texts(position)
-        return not options or any(option.is_whole(text) for option in options)
+        lines = self.gen_lines(position, text)
+        return all(self._allowed_line(slot, line) for slot, line in lines if line)
 
     def gen_is_full(self, position: int, text: str) -> bool:
         """Whether a gen opened at `position` has written all the lines it may (`text` so far)."""
