@@ -157,7 +157,7 @@ def _head(snapshot: Snapshot, mode: str, max_new_tokens: int | None, run_seconds
     rest = snapshot.metrics.get("copied_rest")
     if rest:  # backend/runtime/early_end.py: the program ended before the input did
         head += f"; the model's program ended early, so input lines {rest} were copied unchanged"
-    head += aligner_text(snapshot.metrics)
+    head += aligner_text(snapshot.metrics) + shape_text(snapshot.metrics)
     return head + (f"; note: {result.error}" if result is not None and result.error else "")
 
 
@@ -171,6 +171,16 @@ def aligner_text(metrics: dict[str, Any]) -> str:
     if declined:
         return f"; the snippet aligner left this edit to the model: {declined}"
     return ""
+
+
+def shape_text(metrics: dict[str, Any]) -> str:
+    """Whether the decoder held a model-mode program to the shape its instruction fixes
+    (backend/runtime/shape_guard.py), in plain words; "" when it never had to."""
+    refused = metrics.get("shape_refused") or 0
+    if not refused:
+        return ""
+    return (f"; the instruction says which lines change, so the decoder kept the program to them "
+            f"({refused} of the model's choices refused)")
 
 
 def finish_text(snapshot: Snapshot, *, mode: str = "reference", max_new_tokens: int | None = None,

@@ -103,6 +103,13 @@ def test_finish_text__says_who_wrote_a_snippet_edit():
     assert "left this edit to the model" in finish_text(_with(snapshot, "loop"), mode="model")
 
 
+def test_finish_text__says_when_the_decoder_kept_the_instruction_s_shape():
+    snapshot = _done("eos")
+    assert "kept the program" not in finish_text(snapshot, mode="model")
+    snapshot.metrics["shape_refused"] = 3  # backend/runtime/shape_guard.py
+    assert "the decoder kept the program to them (3 of the model's choices refused)" in finish_text(snapshot, mode="model")
+
+
 def _with(snapshot: Snapshot, stop: str) -> Snapshot:
     failed = _done(stop)
     failed.metrics.update(snapshot.metrics)
