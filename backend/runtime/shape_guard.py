@@ -9,7 +9,11 @@ should rewrite or drop, rewrites a neighbour, skips lines, stops a copy one line
 (docs/results.md: 0 of 22 held-out renames exact under every adapter and prompt tried). Finding the
 lines is what it cannot do, and what a checker can. Here the decoder refuses every token that would
 leave the shape (the model's next choice is taken), and a gen that has written its lines may only
-close. What each rewritten or inserted line says is still the model's to write.
+close. Where the instruction quotes the new line, or it follows from the instruction (a literal
+changed, a name renamed), the gen's text is held to it as well (`line_shape.LineText`): the model's
+own choices are tried first (its indentation, its choice among the options), and after
+QUOTED_TRIES refusals the quoted text's next token is taken. Otherwise what each rewritten or
+inserted line says is the model's to write ("Fix the bug on line 7").
 
 Measured on the held-out dev split (docs/results.md): renames 0 -> 11 of 22 exact (2026-12-07);
 the other addressed kinds in the same section. Only instructions whose every clause is an addressed
