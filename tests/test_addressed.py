@@ -89,7 +89,7 @@ def test_no_shape_for_an_empty_input():
 
 def test_clauses_split_on_numbering_lines_and_then():
     assert split_clauses("Make these changes:\n1. Delete line 2.\n2. Remove line 3.") == ["Delete line 2.", "Remove line 3."]
-    assert split_clauses("Delete line 2. Then Remove line 3.") == ["Delete line 2", "Remove line 3."]
+    assert split_clauses("Delete line 2. Then Remove line 3.") == ["Delete line 2.", "Remove line 3."]
     assert split_clauses("Delete line 2 and then remove line 3") == ["Delete line 2", "remove line 3"]
 
 
@@ -146,3 +146,31 @@ def test_rename_options_rename_every_occurrence_first_and_none_last():
 def test_a_rename_fixes_the_text_of_each_line_holding_the_name():
     shape = requested_shape("Rename line2 to second.", LINES)
     assert shape.line_texts(2)[0].text == "second = 2\n"
+
+
+PY = ["import os\n", "\n", "@cache\n", "def load(path,\n", "         mode='r'):\n", "    with open(path) as f:\n",
+      "        return f.read()\n", "\n", "def save(x):\n", "    pass\n"]
+JS = ["const a = 1;\n", "function load(path) {\n", "  if (path) {\n", "    return 1;\n", "  }\n", "}\n", "load(a);\n"]
+
+
+def test_deleting_a_named_definition_drops_its_decorators_signature_and_body():
+    assert requested_shape("Delete the function load.", PY).slots == LineShape.build(10, drop=range(3, 8)).slots
+    assert requested_shape("Remove `save` entirely.", PY).slots == LineShape.build(10, drop=(9, 10)).slots
+    assert requested_shape("Remove the function load.", JS).slots == LineShape.build(7, drop=range(2, 7)).slots
+    assert requested_shape("Delete the function missing.", PY) is None
+
+
+def test_a_named_docstring_goes_after_the_signature_or_above_a_js_function():
+    shape = requested_shape("Add a docstring to load: Read the file.", PY)
+    (position, (option,)), = shape.texts
+    assert shape.slots[position - 1] == (INSERT, 5)                      # after the signature's last line
+    assert option == LineText('"""Read the file."""\n', ("    ",))
+    js = requested_shape("Add the JSDoc comment /** Load it. */ above load.", JS)
+    assert js.slots[js.texts[0][0] - 1] == (INSERT, 1) and js.texts[0][1] == (LineText("/** Load it. */\n", ("",)),)
+    documented = PY[:5] + ['    """Read."""\n'] + PY[5:]
+    assert requested_shape("Give `load` the doc comment: Read it.", documented) is None   # it has one
+
+
+def test_a_clause_keeps_its_full_stop_when_split_at_then():
+    shape = requested_shape("Add a docstring to save: Store it. Then Delete line 1.", PY)
+    assert shape.texts[0][1][0].text == '"""Store it."""\n' and (("drop", 1) in shape.slots)

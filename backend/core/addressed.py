@@ -29,6 +29,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from backend.core.definitions import definition_line, definition_lines, docstring_point
 from backend.core.line_shape import INSERT, REWRITE, LineShape, LineText
 from backend.core.lines import strip_line_ending
 from backend.core.locate import requested_rename, term_lines
@@ -38,7 +39,7 @@ _QUOTED = re.compile(r"`[^`\n]+`|\"[^\"\n]+\"|'[^'\n]+'")
 _LINE_REF = re.compile(r"\blines?\s+(\d+)(?:\s*(?:-|–|to|through|thru)\s*(\d+))?", re.I)
 _HEADER = re.compile(r"^\s*(?:please\s+)?make\s+(?:these|the\s+following)\s+(?:changes|edits)\s*:\s*$", re.I)
 _NUMBERING = re.compile(r"^\s*(?:\d+[.)]|[-*•])\s+")
-_THEN = re.compile(r"(?:[.;,]\s*|\s+and\s+)then\s+", re.I)
+_THEN = re.compile(r"(?:(?<=[.;,])\s*|\s+and\s+)then\s+", re.I)  # the clause keeps its full stop
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 # Words an addressed edit may use besides its code and line numbers.
@@ -62,6 +63,22 @@ _LITERALS = tuple((re.compile(p, re.I), old, new) for p, old, new in (
     (rf"\buse\s+{_VALUE}\s+rather\s+than\s+{_VALUE}\s*\.?$", 2, 1),
     (rf"\breplace\s+the\s+value\s+{_VALUE}\s+with\s+{_VALUE}\s*\.?$", 1, 2),
     (rf"\bset\s+{_VALUE}\s+on\b.*\bto\s+{_VALUE}(?=\s+instead|\s*\.?$)", 1, 2),
+))
+
+
+# A definition named by the instruction: deleted ("Delete the function load", "Remove `load`
+# entirely") or given a docstring ("Add a docstring to load: Read it.", "Document load with the
+# docstring "Read it."", "Give `load` the doc comment: Read it.", "Add the JSDoc comment /** Read
+# it. */ above load."). (pattern, group of the name, group of the docstring or 0)
+_NAMED = r"`?([A-Za-z_$][\w$]*)`?"
+_NAMED_EDITS = tuple((re.compile(p, re.I), name, doc) for p, name, doc in (
+    (rf"^(?:delete|remove)\s+the\s+(?:function|method|class)\s+{_NAMED}\.?$", 1, 0),
+    (rf"^remove\s+{_NAMED}\s+entirely\.?$", 1, 0),
+    (rf"^add\s+a\s+docstring\s+to\s+{_NAMED}\s*:\s*(.+)$", 1, 2),
+    (rf"^document\s+{_NAMED}\s+with\s+the\s+docstring\s+\"([^\"]+)\"\.?$", 1, 2),
+    (rf"^give\s+{_NAMED}\s+the\s+doc\s+comment\s*:\s*(.+)$", 1, 2),
+    (rf"^document\s+the\s+function\s+{_NAMED}\s*:\s*(.+)$", 1, 2),
+    (rf"^add\s+the\s+jsdoc\s+comment\s+/\*\*\s*(.+?)\s*\*/\s+above\s+{_NAMED}\.?$", 2, 1),
 ))
 
 
@@ -126,6 +143,10 @@ def read_clause(clause: str, lines: Sequence[str], places: Places) -> bool:
         endings = [places.last_ending if number == len(lines) else "\n" for number in held]
         return bool(held) and all(places.quote((REWRITE, number), rename_options(lines[number - 1] + ending, *rename))
                                   for number, ending in zip(held, endings))
+    named = next(((match, name, doc) for pattern, name, doc in _NAMED_EDITS
+                  for match in [pattern.match(clause.strip())] if match), None)
+    if named is not None:
+        return read_named(named[0].group(named[1]), named[0].group(named[2]) if named[2] else None, lines, places)
     quoted = [q[1:-1] for q in _QUOTED.findall(clause)]
     masked = _QUOTED.sub(" Q ", clause)
     refs = [(int(a), int(b) if b else int(a)) for a, b in _LINE_REF.findall(masked)]
@@ -136,6 +157,26 @@ def read_clause(clause: str, lines: Sequence[str], places: Places) -> bool:
     if words & _INSERT or "start" in words:
         return read_insert(words, refs, quoted, lines, places)
     return read_rewrite(_LINE_REF.sub(" ", clause), plain, words, refs, quoted, lines, places)
+
+
+def read_named(name: str, doc: str | None, lines: Sequence[str], places: Places) -> bool:
+    """The definition of `name` dropped (`doc` None: decorators through body), or the docstring
+    `doc` inserted for it (Python: `\"\"\"doc\"\"\"` after the signature, at the body's
+    indentation; JS: `/** doc */` above it)."""
+    header = definition_line(lines, name)
+    if header is None:
+        return False
+    if doc is None:
+        extent = definition_lines(lines, header)
+        places.drop.update(range(extent[0], extent[1] + 1) if extent else [])
+        return extent is not None
+    point = docstring_point(lines, header)
+    if point is None:
+        return False
+    after, indentation, form = point
+    text = f'"""{doc.strip()}"""\n' if form == "python" else f"/** {doc.strip()} */\n"
+    places.insert_after.add(after)
+    return places.quote((INSERT, after), [LineText(text, (indentation,))])
 
 
 def read_drop(words: set[str], refs: list[tuple[int, int]], quoted: list[str], lines: Sequence[str],
