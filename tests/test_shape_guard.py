@@ -270,3 +270,12 @@ def test_a_rename_s_lines_are_the_held_lines_with_the_name_renamed(grammar):
     ops = [Gen("x = 1\nb = x\n"), CopyLines(3, 3), Gen("d = x + x\n"), CopyLines(5, 5)]
     result = run(ops, grammar, guard_shapes=True)
     assert result.output == RENAMED and result.metrics.shape_refused >= 1
+
+
+@pytest.mark.parametrize("flag", ["--no-shape-guard", "--no-rename-guard"])
+def test_the_guard_s_flag_and_its_first_name_turn_it_off(flag):
+    from backend.__main__ import build_parser
+
+    args = build_parser().parse_args(["evaluate", "corpus.jsonl", flag])
+    assert args.no_shape_guard is True
+    assert build_parser().parse_args(["evaluate", "corpus.jsonl"]).no_shape_guard is False
