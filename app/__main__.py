@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
              "markers or a unified diff that the snippet aligner places with certainty is merged by it, and the "
              "status says so)")
     add("--no-shape-guard", "--no-rename-guard", dest="no_shape_guard", action="store_true",
-        help="model mode: let the program leave the shape the instruction fixes (default, in process: a rename, "
+        help="model mode: let the program leave the shape the instruction fixes (default: a rename, "
              "\"Delete lines 4-6\", \"Add `x` after line 9\", \"Change 1 to 2 on line 12\" keep their lines, and the "
              "model writes only the new text; backend/runtime/shape_guard.py)")
     add("--tuned-lookup", default=None, metavar="N/K",

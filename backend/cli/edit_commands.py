@@ -69,7 +69,7 @@ def add_align_flag(parser: argparse.ArgumentParser) -> None:
 def add_shape_guard_flag(parser: argparse.ArgumentParser) -> None:
     """--no-shape-guard (--no-rename-guard, its first name, still accepted)."""
     parser.add_argument("--no-shape-guard", "--no-rename-guard", dest="no_shape_guard", action="store_true",
-                        help="model mode: let the program leave the shape the instruction fixes (default, in process: a rename, "
+                        help="model mode: let the program leave the shape the instruction fixes (default: a rename, "
         "\"Delete lines 4-6\", \"Add `x` after line 9\", \"Change 1 to 2 on line 12\" keep their lines, and the "
         "model writes only the new text; backend/runtime/shape_guard.py)")
 

@@ -12,6 +12,10 @@ The engine is not changed and gives no logits, so the grammar goes to the engine
               the new suffix: a copy costs one batched prefill, inside the next request.
     gen       `<gen>text` came back: `</gen>` + "\\n" close it (the decoding layout, prompt.py)
     end       an empty completion stopped by EOS: the program is complete
+    shape     an instruction that fixes its program's shape (a rename, "Delete lines 4-6", "Change 1
+              to 2 on line 12"): its copies are written here without a request, its gens asked under
+              a grammar of the lines it allows there, and it ends when every line is read
+              (remote_shape.py)
 
 Events are the in-process ones (tag / copy / gen, then done) so the app and the benchmarks consume
 them unchanged. Token counts are our tokenizer's count of the text (`counter`); the server's own
@@ -35,6 +39,7 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from backend.core.line_shape import LineShape
 from backend.core.lines import line_count
 from backend.core.program import CopyLines, Gen, Op
 from backend.core.resolve import resolve_program
@@ -43,6 +48,7 @@ from backend.runtime.decoder import ProgramStream
 from backend.runtime.events import DecodeEvent, DecodeMetrics, DecodeResult
 from backend.runtime.prompt import _render, plain_messages, program_messages
 from backend.runtime.remote_client import Completion, CompletionsClient, ItemGrammar, RemoteError
+from backend.runtime.remote_shape import ShapeStep, next_step
 from backend.runtime.remote_grammar import (
     COPY_PREFIX,
     COPY_STOP,
@@ -121,10 +127,12 @@ def remote_program(
     client: CompletionsClient, source: str, instruction: str | None, *, counter: Callable[[str], int],
     template: Any = None, style: str = "few-shot", max_new_tokens: int, temperature: float = 0.0,
     top_p: float = 1.0, seed: int | None = None, cancel: threading.Event | None = None, copy_rest: bool = False,
+    shape: LineShape | None = None,
 ) -> Iterator[DecodeEvent]:
     """Copy-as-decode through a remote engine (see the module docstring); events, then done. `style`:
     the prompt style the served model was trained for (its models.yaml `prompt`); `copy_rest`: an early
-    end after a copy copies the rest of the input, as in process (early_end.py)."""
+    end after a copy copies the rest of the input, as in process (early_end.py); `shape`: the shape the
+    instruction fixes (remote_shape.py: its copies are written here, its gens asked under its grammar)."""
     n_lines = line_count(source)
     grammar, grammar_after_lt = _item_grammars(n_lines)
     lead = ""  # "<" while the prompt ends with the next item's opening (held_lt)
@@ -143,15 +151,17 @@ def remote_program(
             if room <= 0:
                 stop_reason = "max_tokens"
                 break
-            body = client.body(context, max_tokens=room, stop=STOP_STRINGS,
-                               grammar=grammar_after_lt if lead else grammar, **sampling)
-            done = None
-            for item in _stream_item(client, body, run, stream, lead):
-                if isinstance(item, Completion):
-                    done = item
-                else:
-                    yield item
-            assert done is not None
+            step = next_step(shape, ops) if shape is not None else ShapeStep()
+            if step.end or step.copy is not None:
+                stop_reason = "eos" if step.end else None
+                if step.copy is not None:
+                    context, lead = yield from _append_copy(step.copy, copy_tag(step.copy.start, step.copy.end),
+                                                            source, stream, run, counts, ops, context)
+                continue
+            plain, after_lt = step.grammars or (grammar, grammar_after_lt)
+            body = client.body(context, max_tokens=room, stop=STOP_STRINGS, grammar=after_lt if lead else plain,
+                               **sampling)
+            done = yield from _answer(client, body, run, stream, lead)
             text = done.text
             context, lead = context.removesuffix(lead), ""  # the returned text holds the lead again
             if done.finish_reason == "length":
@@ -169,14 +179,33 @@ def remote_program(
             else:
                 op, tag, retried = _checked_copy(client, context, text, n_lines, run, sampling)
                 counts["retries"] += retried
-                copied = yield from _copy_events(op, tag, source, stream, run, counts)
-                ops.append(op)
-                context += tag + copied
-                if held_lt(copied, op, n_lines):
-                    context, lead = context + "<", "<"
+                context, lead = yield from _append_copy(op, tag, source, stream, run, counts, ops, context)
     except (RemoteError, ValueError) as exc:
         stop_reason, error = "error", str(exc)
     yield _done(ops, source, stop_reason, error, run, counts)
+
+
+def _answer(client: CompletionsClient, body: dict[str, Any], run: _Run, stream: ProgramStream,
+            lead: str) -> Generator[DecodeEvent, None, Completion]:
+    """One request's events as they stream; returns its completion."""
+    done = None
+    for item in _stream_item(client, body, run, stream, lead):
+        if isinstance(item, Completion):
+            done = item
+        else:
+            yield item
+    assert done is not None
+    return done
+
+
+def _append_copy(op: CopyLines, tag: str, source: str, stream: ProgramStream, run: _Run, counts: dict[str, int],
+                 ops: list[Op], context: str) -> Generator[DecodeEvent, None, tuple[str, str]]:
+    """A checked copy joins the program and the prompt; returns (the prompt, the lead it now ends
+    with: the next item's `<` after a copy ending in whitespace, see `held_lt`)."""
+    copied = yield from _copy_events(op, tag, source, stream, run, counts)
+    ops.append(op)
+    context += tag + copied
+    return (context + "<", "<") if held_lt(copied, op, line_count(source)) else (context, "")
 
 
 def _copy_events(op: CopyLines, tag: str, source: str, stream: ProgramStream, run: _Run,

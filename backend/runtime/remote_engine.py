@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from backend.core.addressed import requested_shape
+from backend.core.lines import split_lines
 from backend.core.oracle import oracle_program
 from backend.runtime.engine import EditEngine, EditError, EditLimits, EditRequest, PreparedEdit, _labelled
 from backend.runtime.events import DecodeEvent
@@ -68,8 +70,9 @@ class RemoteEditEngine(EditEngine):
     """Edits through a vLLM / SGLang / llama.cpp server. Same calls and errors as EditEngine."""
 
     def __init__(self, client: CompletionsClient, *, model: str | None = None, limits: EditLimits = EditLimits(),
-                 copy_rest: bool = True, align_snippets: bool = True) -> None:
+                 copy_rest: bool = True, align_snippets: bool = True, guard_shapes: bool = True) -> None:
         spec = spec_for(model or default_model_name())
+        self.guard_shapes = guard_shapes  # as EditEngine, by the request's grammar (remote_shape.py)
         self.copy_rest = copy_rest  # as EditEngine: an early end after a copy copies the rest (early_end.py)
         self.align_snippets = align_snippets  # as EditEngine; a merge is streamed without the server
         self.client = client
@@ -128,8 +131,9 @@ class RemoteEditEngine(EditEngine):
             top_p=request.top_p, seed=request.seed, cancel=cancel,
         )
         if request.strategy == "cad":
+            shape = requested_shape(request.instruction, split_lines(request.source)) if self.guard_shapes else None
             return remote_program(self.client, request.source, request.instruction, copy_rest=self.copy_rest,
-                                  style=self.loaded.spec.prompt, **options)
+                                  style=self.loaded.spec.prompt, shape=shape, **options)
         return remote_plain(self.client, request.source, request.instruction, **options)
 
     def _measure_step(self, context_tokens: int, warmup: int, steps: int) -> float:

@@ -94,8 +94,8 @@ def open_engine(
     and `runtime` is ignored), else on `load_runtime(model, runtime)`. `limits`: an EditLimits
     (default: the engine's). `reuse_prompt`, `copy_rest`: see `EditEngine` (a server keeps its own
     prompt cache; a remote engine copies the rest on the client, after the server's end).
-    `avoid_noops`, `search_branches`, `guard_shapes`: see `EditEngine`; in process only (a server
-    chooses its own tokens). `align_snippets`: see `EditEngine`; on a server a merge is streamed without a request."""
+    `avoid_noops`, `search_branches`: see `EditEngine`; in process only (a server chooses its own
+    tokens). `guard_shapes`: see `EditEngine`; on a server by the request's grammar (remote_shape.py). `align_snippets`: see `EditEngine`; on a server a merge is streamed without a request."""
     from backend.runtime.request import EditLimits
 
     limits = limits or EditLimits()
@@ -110,7 +110,7 @@ def open_engine(
         if search_branches:
             raise ValueError("--search works in process only: it needs the model's log-probabilities at every step")
         return RemoteEditEngine(CompletionsClient(engine_url, engine_kind), model=model, limits=limits, copy_rest=copy_rest,
-                                align_snippets=align_snippets)
+                                align_snippets=align_snippets, guard_shapes=guard_shapes)
     from backend.runtime.engine import EditEngine
 
     return EditEngine(load_runtime(model, runtime, threads=threads), limits=limits, reuse_prompt=reuse_prompt,

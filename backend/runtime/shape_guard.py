@@ -19,8 +19,8 @@ Measured on the held-out dev split (docs/results.md): renames 0 -> 11 of 22 exac
 the other addressed kinds in the same section. Only instructions whose every clause is an addressed
 edit of lines the input has are touched; otherwise the decode is exactly as without the guard. On by
 default in model mode (`EditEngine(guard_shapes=False)`, `edit` / `evaluate --no-shape-guard` turn
-it off); not in a traced or branched run (search.py); in process only: a remote engine (vLLM,
-SGLang, llama.cpp server) chooses its own tokens.
+it off); not in a traced or branched run (search.py). A remote engine (vLLM, SGLang, llama.cpp
+server) gives no logits: there the shape goes into each request's grammar (remote_shape.py).
 """
 
 from __future__ import annotations
