@@ -111,7 +111,9 @@ def test_a_quoted_line_is_the_text_of_its_gen_at_one_of_the_input_s_indentations
     assert option.text == "pass\n" and option.indents[0] == "    "       # line 13's indentation first
     assert set(option.indents) == {"    ", ""}
     replaced = requested_shape("Replace line 10 with `return other`.", LINES)
-    assert replaced.texts == ((10, (LineText("return other\n", ("    ", "")),)),)
+    assert replaced.texts == ((10, (LineText("return other\n", ("    ",)),)),)  # a replaced line keeps its indentation
+    given = requested_shape("Line 10 should read `  return 0`.", LINES)
+    assert given.texts == ((10, (LineText("  return 0\n"),)),)                   # ... unless the quote gives one
 
 
 def test_a_literal_change_is_the_line_with_that_value_changed_once():

@@ -93,11 +93,15 @@ class Places:
     last_ending: str = "\n"  # the input's last line's ending ("" without one): a rewrite of it keeps that
     indents: tuple[str, ...] = ("",)  # the input's indentations, most used first
 
-    def quoted_line(self, code: str, near: Sequence[str]) -> list[LineText]:
-        """A quoted line, `code`, at one of the input's indentations: those of the lines `near`
-        the place first."""
-        preferred = [_indent_of(line) for line in near]
-        return [LineText(code.strip() + "\n", tuple(dict.fromkeys(preferred + list(self.indents))))]
+    def quoted_line(self, code: str, near: Sequence[str], *, only_near: bool = False) -> list[LineText]:
+        """A quoted line, `code`, at the indentation it is quoted with, if any; else at one of the
+        input's indentations, those of the nearest non-blank lines `near` the place first (only
+        those with `only_near`: a replaced line keeps its own)."""
+        if code[:1] in (" ", "\t"):
+            return [LineText(code.rstrip() + "\n")]
+        preferred = [_indent_of(line) for line in near if line.strip()]
+        indents = preferred if only_near and preferred else preferred + list(self.indents)
+        return [LineText(code.strip() + "\n", tuple(dict.fromkeys(indents)))]
 
     def quote(self, slot: tuple[str, int], options: list[LineText]) -> bool:
         """Fix what the gen at `slot` writes; False when another clause fixed something else."""
@@ -216,7 +220,9 @@ def read_insert(words: set[str], refs: list[tuple[int, int]], quoted: list[str],
         return False
     point = first - 1 if before else first
     places.insert_after.add(point)
-    return places.quote((INSERT, point), places.quoted_line(quoted[0], [*lines[point:point + 1], *lines[max(point - 1, 0):point]]))
+    below = next((line for line in lines[point:] if line.strip()), "")
+    above = next((line for line in reversed(lines[:point]) if line.strip()), "")
+    return places.quote((INSERT, point), places.quoted_line(quoted[0], [below, above]))
 
 
 def read_rewrite(unlined: str, plain: str, words: set[str], refs: list[tuple[int, int]], quoted: list[str],
@@ -237,7 +243,7 @@ def read_rewrite(unlined: str, plain: str, words: set[str], refs: list[tuple[int
         ending = places.last_ending if number == len(lines) else "\n"
         options = literal_options(lines[number - 1] + ending, literal.group(old), literal.group(new))
     elif len(quoted) == 1:
-        options = places.quoted_line(quoted[0], lines[number - 1:number])
+        options = places.quoted_line(quoted[0], lines[number - 1:number], only_near=True)
     if not (words - values) <= _WORDS or not words & {"change", "replace", "set", "use", "rewrite", "read", "fix", "bug"}:
         return False
     places.rewrite.add(number)
