@@ -279,3 +279,21 @@ def test_the_guard_s_flag_and_its_first_name_turn_it_off(flag):
     args = build_parser().parse_args(["evaluate", "corpus.jsonl", flag])
     assert args.no_shape_guard is True
     assert build_parser().parse_args(["evaluate", "corpus.jsonl"]).no_shape_guard is False
+
+
+def test_a_pending_close_is_allowed_only_where_the_gen_may_close_or_the_text_goes_on():
+    """A trailing '<' (or '</ge') in a gen is text or the start of its close. Allowed while the line
+    is not yet whole, it led the model into a gen it could neither close nor continue (dev/00108)."""
+    shape = LineShape.build(3, rewrite=(2,), texts={("rewrite", 2): [LineText("f(a < b)\n")]})
+    before = [CopyLines(1, 1)]
+    assert not shape.allows((IN_GEN, 1, True), "f(a", before, [])      # 'f(a<' fits no line, and no close yet
+    assert shape.allows((IN_GEN, 1, True), "f(a ", before, [])         # 'f(a <' goes on as text
+    assert shape.allows((IN_GEN, 4, True), "f(a < b)\n", before, [])   # '</ge' after the whole line: the close
+    assert not shape.allows((IN_GEN, 4, True), "f(a < b)", before, [])  # ... but not before its ending
+
+
+def test_a_copy_completed_in_one_token_also_runs_to_its_run_s_end():
+    """`"/>` can close a copy in the token that ends its number: the completed copy is judged too."""
+    shape = LineShape.build(9, rewrite=(5,))
+    assert not shape.allows((BETWEEN, True), "", [], [CopyLines(1, 3)])
+    assert shape.allows((BETWEEN, True), "", [], [CopyLines(1, 4)])

@@ -166,27 +166,35 @@ class LineShape:
         filled by one gen, a rewritten line by one of its lines)."""
         return position + (1 if self.kind(position) == INSERT else written)
 
-    def covered(self, ops: Sequence[Op], start: int | None = None) -> int | None:
+    def covered(self, ops: Sequence[Op], start: int | None = None, *, whole_runs: bool = False) -> int | None:
         """The position after `ops` read from `start` (the first slot), or None when some op breaks
         the shape: a copy that does not start at the next kept line or takes a line that is not
-        kept, a gen off a rewritten line or insertion point or longer than its room there, or a
-        gen that leaves the ending off a line the input goes on after."""
+        kept (or, `whole_runs`, stops short of its run's end), a gen off a rewritten line or
+        insertion point or longer than its room there, or a gen that leaves the ending off a line
+        the input goes on after."""
         position = self.skip_dropped(1 if start is None else start)
         for op in ops:
             if isinstance(op, CopyLines):
-                if self.kind(position) != KEEP or op.start != self.line(position) \
-                        or op.end > self.copy_end_limit(position):
+                limit = self.copy_end_limit(position)
+                if self.kind(position) != KEEP or op.start != self.line(position) or op.end > limit \
+                        or (whole_runs and op.end < limit):
                     return None
                 position += op.end - op.start + 1
             elif isinstance(op, Gen):
-                written = gen_line_count(op.text)
-                if written == 0 or written > self.gen_room(position) or not self._whole_text(position, op.text):
+                if not self.gen_may_close(position, op.text):
                     return None
-                position = self.after_gen(position, written)
-                if not op.text.endswith("\n") and self.skip_dropped(position) < self.end:
-                    return None
+                position = self.after_gen(position, gen_line_count(op.text))
             position = self.skip_dropped(position)
         return position
+
+    def gen_may_close(self, position: int, text: str) -> bool:
+        """Whether a gen opened at `position` may close having written `text`: at least one line,
+        at most its room, each line one its slot allows, every line with its ending unless the
+        input ends after it."""
+        written = gen_line_count(text)
+        if written == 0 or written > self.gen_room(position) or not self._whole_text(position, text):
+            return False
+        return text.endswith("\n") or self.skip_dropped(self.after_gen(position, written)) == self.end
 
     def _whole_text(self, position: int, text: str) -> bool:
         lines = self.gen_lines(position, text)
@@ -201,7 +209,8 @@ class LineShape:
         now stands at grammar position `core` (`gen_text`: an open gen's text so far, without a
         trailing part of '</gen>') can still end in the shape. Ending is `may_end`'s question."""
         position = self.covered(before)
-        position = self.covered(completed, position) if position is not None else None
+        # a copy the model closes now runs to its run's end (a closing '"/>' may come in one token)
+        position = self.covered(completed, position, whole_runs=True) if position is not None else None
         if position is None:
             return False
         mode, lit = core[0], core[1] if core[0] == IN_TAG else ""
@@ -210,9 +219,11 @@ class LineShape:
         if lit.startswith("<g"):  # a gen opens only where it may write
             return self.gen_room(position) > 0
         if mode == IN_GEN:  # at most its room's lines, nothing after the last one's end
-            lines, room = gen_text.count("\n"), self.gen_room(position)
-            fits = lines < room or (lines == room and gen_text.endswith("\n"))
-            return fits and self.text_fits(position, gen_text)
+            # A trailing part of '</gen>' is text or the gen's close: one of the two must be possible.
+            as_text = gen_text + "</gen>"[: core[1]]
+            lines, room = as_text.count("\n"), self.gen_room(position)
+            fits = lines < room or (lines == room and as_text.endswith("\n"))
+            return (fits and self.text_fits(position, as_text)) or (core[1] > 0 and self.gen_may_close(position, gen_text))
         if lit.startswith("<c") or mode == FIRST_LINE:  # a copy starts at the next kept line
             digits = core[1] if mode == FIRST_LINE else ""
             return self.kind(position) == KEEP and str(self.line(position)).startswith(digits)

@@ -84,7 +84,8 @@ def quoted_text_token(run: DecodeRun) -> int | None:
     if shape is None or run.state.mode != "gen":
         return None
     position = shape.covered(run.ops)
-    rest = shape.text_to_write(position, run.fsm.open_gen_text(run.state)) if position is not None else None
+    written = run.fsm.open_gen_text(run.state) + "</gen>"[: run.state.core[1]]  # a pending '<...' is text here
+    rest = shape.text_to_write(position, written) if position is not None else None
     ids = encode_text(run.tokenizer, rest) if rest else []
     try:
         return ids[0] if ids and in_shape(run, ids[0]) else None
