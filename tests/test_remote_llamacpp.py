@@ -93,6 +93,17 @@ def test_cad_through_the_server__a_valid_program_streamed_as_events(engine: Remo
     assert result.metrics.forwards >= 1
 
 
+def test_an_addressed_edit_through_the_server_keeps_its_shape(engine: RemoteEditEngine) -> None:
+    """The untrained base model, which writes no usable program by itself: asked to change a literal on
+    a named line, the client writes the copies and the server's grammar holds the one gen to the
+    changed line (backend/runtime/remote_shape.py); a deletion needs no request at all."""
+    changed = engine.run_to_result(SOURCE, "Change 3.14 to 3.1416 on line 4.", strategy="cad", max_new_tokens=60)
+    assert changed.output == SOURCE.replace("3.14", "3.1416"), (changed.program, changed.error)
+    assert changed.stop_reason == "eos" and changed.metrics.requests == 1
+    deleted = engine.run_to_result(SOURCE, "Delete line 6.", strategy="cad", max_new_tokens=60)
+    assert deleted.output == SOURCE.replace("print(area(2))\n", "") and deleted.metrics.requests == 0
+
+
 def test_plain_through_the_server__equals_in_process_llamacpp_greedy(engine: RemoteEditEngine) -> None:
     from backend.runtime.engine import EditEngine
     from backend.runtime.llamacpp import load_llamacpp
