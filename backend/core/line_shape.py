@@ -9,8 +9,10 @@ input as slots, front to back: a kept line (copied as it is), a rewritten line (
 line for line), a dropped line (in no op) and an insertion point (a gen of one or more new lines).
 The program must read the slots in order: each copy starts at the next kept line and takes only
 kept lines; a gen starts on a rewritten line and writes at most their run, or fills an insertion
-point; dropped lines are skipped; the program ends only when every slot is read. Within the shape,
-what each gen says, and where a copy or a gen is split, stays the model's choice.
+point; dropped lines are skipped; the program ends only when every slot is read. Where the
+instruction also fixes a line's text (`LineText`: a quoted line, a literal changed, a name renamed),
+the gen there must write one of its options; otherwise what each gen says, and where a run of
+rewritten lines is split between gens, stays the model's choice.
 
 `LineShape.allows` judges the grammar position a token leads to: whether the program can still be
 finished in the shape. Every position it allows extends to a valid program in the shape, as the
