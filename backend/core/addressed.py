@@ -236,9 +236,9 @@ def read_rewrite(unlined: str, plain: str, words: set[str], refs: list[tuple[int
     number = refs[0][0]
     values: set[str] = set()
     options: list[LineText] = []
-    literal = next((match for match in (p.search(unlined) for p, _, _ in _LITERALS) if match), None)
+    found = ((pattern.search(unlined), old, new) for pattern, old, new in _LITERALS)
+    literal, old, new = next((entry for entry in found if entry[0] is not None), (None, 0, 0))
     if literal is not None:
-        _, old, new = next(entry for entry in _LITERALS if entry[0].search(unlined))
         values = {w.lower() for group in literal.groups() for w in _WORD.findall(group) if not _QUOTED.fullmatch(group)}
         ending = places.last_ending if number == len(lines) else "\n"
         options = literal_options(lines[number - 1] + ending, literal.group(old), literal.group(new))
