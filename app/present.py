@@ -142,11 +142,11 @@ def _head(snapshot: Snapshot, mode: str, max_new_tokens: int | None, run_seconds
             why += f" ({run_seconds:g} s)"
         detail = snapshot.error or (result.error if result is not None else None)
         return (f"FAILED: {why}" + (f": {detail}" if detail else "") + f" · after {timing} · what it produced is kept, "
-                f"marked partial{aligner_text(snapshot.metrics)}")
+                f"marked partial{aligner_text(snapshot.metrics)}{window_text(snapshot.metrics)}")
     if is_unchanged(snapshot, mode, source):
         return (f"NO CHANGE: the model's program copies the input unchanged, so the instruction was not "
                 f"carried out · after {timing} · try rewording the instruction or name the line"
-                f"{aligner_text(snapshot.metrics)}")
+                f"{aligner_text(snapshot.metrics)}{window_text(snapshot.metrics)}")
     if stop == "max_tokens":
         limit = f" ({max_new_tokens})" if max_new_tokens else ""
         return f"stopped at the max new tokens limit{limit} after {timing} — partial result"
@@ -157,7 +157,7 @@ def _head(snapshot: Snapshot, mode: str, max_new_tokens: int | None, run_seconds
     rest = snapshot.metrics.get("copied_rest")
     if rest:  # backend/runtime/early_end.py: the program ended before the input did
         head += f"; the model's program ended early, so input lines {rest} were copied unchanged"
-    head += aligner_text(snapshot.metrics) + shape_text(snapshot.metrics)
+    head += aligner_text(snapshot.metrics) + window_text(snapshot.metrics) + shape_text(snapshot.metrics)
     return head + (f"; note: {result.error}" if result is not None and result.error else "")
 
 
@@ -171,6 +171,16 @@ def aligner_text(metrics: dict[str, Any]) -> str:
     if declined:
         return f"; the snippet aligner left this edit to the model: {declined}"
     return ""
+
+
+def window_text(metrics: dict[str, Any]) -> str:
+    """That a model-mode input too long for the model's context was edited through a window of it
+    (backend/core/window.py), in plain words; "" otherwise."""
+    window = metrics.get("window")
+    if not window:
+        return ""
+    return (f"; the input is longer than the model's context, so the model was shown {window} (the part the "
+            f"instruction is most about) and the lines outside it were kept as they are")
 
 
 def shape_text(metrics: dict[str, Any]) -> str:

@@ -110,6 +110,14 @@ def test_finish_text__says_when_the_decoder_kept_the_instruction_s_shape():
     assert "the decoder kept the program to them (3 of the model's choices refused)" in finish_text(snapshot, mode="model")
 
 
+def test_finish_text__says_when_the_model_saw_a_window_of_a_long_input():
+    snapshot = _done("eos")
+    assert "context" not in finish_text(snapshot, mode="model")
+    snapshot.metrics["window"] = "lines 120-410 of 900"  # backend/core/window.py
+    said = "longer than the model's context, so the model was shown lines 120-410 of 900"
+    assert said in finish_text(snapshot, mode="model") and said in finish_text(_with(snapshot, "loop"), mode="model")
+
+
 def _with(snapshot: Snapshot, stop: str) -> Snapshot:
     failed = _done(stop)
     failed.metrics.update(snapshot.metrics)

@@ -115,7 +115,9 @@ def test_bad_requests_are_refused_at_once(engine, kwargs__message):
 
 
 def test_too_long_for_the_context(tiny_model):
-    engine = EditEngine(tiny_model, limits=EditLimits(max_source_chars=10**6, max_source_lines=10**6))
+    """Refused when windows are off (in model mode an input over the context is edited through a
+    window of it: tests/test_window.py)."""
+    engine = EditEngine(tiny_model, limits=EditLimits(max_source_chars=10**6, max_source_lines=10**6), window_inputs=False)
     source = "".join(f"value_{i} = compute({i}, {i * 7})\n" for i in range(1200))  # ~14k tokens
     with pytest.raises(EditError, match="context holds 8,192"):
         engine.run(source, "x", strategy="ar", max_new_tokens=64)

@@ -92,3 +92,31 @@ def test_addressed_edits_keep_their_shape_on_the_real_model(evaluation):
     for row, shape in shaped:
         assert shape.covered(parse_program(row["program"])) == shape.end, row["id"]
     assert sum(row["shape_refused"] > 0 for row, _ in shaped) >= 2
+
+
+@pytest.mark.parametrize("runtime", ["llama.cpp"])
+def test_a_file_longer_than_the_context_is_edited_through_a_window(runtime):
+    """The shipped model, told its context holds 2,048 tokens, asked to delete line 300 of a
+    stdlib module (~4,800 tokens): it is shown a window around line 300, numbered from 1, with the
+    instruction renumbered; the result is the whole file without that line (backend/core/window.py)."""
+    import textwrap as module
+
+    from backend.core.lines import split_lines
+    from backend.core.program import parse_program
+    from backend.core.resolve import resolve_program
+    from backend.runtime.engine import EditEngine
+    from backend.runtime.runtimes import load_runtime
+
+    class SmallContext(EditEngine):
+        context_length = 2048
+
+    engine = SmallContext(load_runtime(MODEL, runtime))
+    source = Path(module.__file__).read_text(encoding="utf-8")
+    lines = split_lines(source)
+    assert len(engine.encode(source)) > 2048 and len(lines) > 300
+    result = engine.run_to_result(source, "Delete line 300.", max_new_tokens=128)
+    window = engine.validate(source, "Delete line 300.", max_new_tokens=128).window
+    assert window is not None and window.start <= 300 <= window.end and (window.start, window.end) != (1, len(lines))
+    assert result.metrics.window == window.describe() and result.stop_reason in ("eos", "complete")
+    assert result.output == "".join(lines[:299] + lines[300:])
+    assert resolve_program(parse_program(result.program), source) == result.output

@@ -127,6 +127,26 @@ def requested_shape(instruction: str | None, lines: Sequence[str]) -> LineShape 
     return LineShape.build(len(bare), places.rewrite, places.drop, places.insert_after, places.texts)
 
 
+def line_references(instruction: str) -> list[tuple[int, int]]:
+    """The (first, last) input lines `instruction` names by number ("line 4", "lines 4-6"), outside
+    quoted code."""
+    masked = _QUOTED.sub(" Q ", instruction)
+    return [(int(a), int(b) if b else int(a)) for a, b in _LINE_REF.findall(masked)]
+
+
+def shift_line_references(instruction: str, offset: int) -> str:
+    """`instruction` with every line it names by number (outside quoted code) moved `offset` lines
+    down: what it says of a window that starts after `offset` input lines."""
+    def shifted(match: re.Match[str]) -> str:
+        return re.sub(r"\d+", lambda number: str(int(number.group(0)) - offset), match.group(0))
+
+    parts, last = [], 0
+    for quote in _QUOTED.finditer(instruction):
+        parts += [_LINE_REF.sub(shifted, instruction[last: quote.start()]), quote.group(0)]
+        last = quote.end()
+    return "".join(parts) + _LINE_REF.sub(shifted, instruction[last:])
+
+
 def split_clauses(instruction: str) -> list[str]:
     """The separate edits an instruction asks for: one per line (a numbered list's header and
     numbers dropped), and within a line one per "Then"."""

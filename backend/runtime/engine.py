@@ -19,6 +19,8 @@ Modes:
   aligner places with certainty (backend/core/carried_edit.py): the merged text is replayed like a reference, and the
   result says `written_by = "snippet aligner"`; a snippet it will not place goes to the model, and
   the result says why (`aligner_declined`). `align_snippets=False` leaves every edit to the model.
+- "model" with an input longer than the context: the model edits a window of it, the lines the
+  instruction is most about (backend/core/window.py, backend/runtime/windowed.py; `metrics.window`).
 
 A lock makes runs on one engine (one model) never overlap: a second `run` waits for the first to
 finish, so timings are not disturbed. The lock is held from the first event to the done event
@@ -36,6 +38,8 @@ from typing import Any
 
 from backend.core.oracle import oracle_program
 from backend.core.carried_edit import SnippetRefused, apply_carried_edit
+from backend.core.lines import split_lines
+from backend.core.window import SourceWindow, WindowError, choose_window, shape_kept, window_instruction
 from backend.runtime.baselines import decode_plain, decode_prompt_lookup, replay_plain, replay_prompt_lookup
 from backend.runtime.decoder import decode_program, encode_text
 from backend.runtime.events import DecodeEvent, DecodeResult
@@ -43,9 +47,20 @@ from backend.runtime.grammar import Grammar
 from backend.runtime.handle import ModelHandle, PromptReuse
 from backend.runtime.prompt import plain_prompt_ids, program_prompt_ids, prompt_style, reference_program
 from backend.runtime.search import search_events
+from backend.runtime.windowed import line_costs, widened_events
 from backend.runtime.request import STRATEGIES, EditError, EditLimits, EditRequest, check_request
 
-__all__ = ["STRATEGIES", "EditEngine", "EditError", "EditLimits", "EditRequest", "PreparedEdit"]
+__all__ = ["STRATEGIES", "ContextFull", "EditEngine", "EditError", "EditLimits", "EditRequest", "PreparedEdit"]
+
+# A windowed copy-as-decode edit keeps this share of the context for its program's tags and gens
+# (1,024 of the embedded model's 8,192 tokens: the held-out dev programs need at most ~700).
+WINDOW_PROGRAM_SHARE = 8
+WINDOW_SLACK = 32  # tokens the per-line estimate may miss (the chat template's joins)
+WINDOW_TRIES = 4
+
+
+class ContextFull(EditError):
+    """The prompt and the output it may need do not fit the model's context."""
 
 
 
@@ -58,6 +73,8 @@ class PreparedEdit:
     target_ids: tuple[int, ...] | None  # reference mode, or an aligned snippet: the target's tokens
     aligned_target: str | None = None   # model mode: the update snippet merged by the aligner
     aligner_declined: str | None = None  # model mode: why the aligner left the instruction's snippet to the model
+    window: SourceWindow | None = None   # model mode, an input over the context: the lines the model edits
+    inner: "PreparedEdit | None" = None  # then the window's own edit, which `run` runs (windowed.py)
 
 
 class EditEngine:
@@ -65,7 +82,7 @@ class EditEngine:
 
     def __init__(self, loaded: ModelHandle, *, limits: EditLimits = EditLimits(), reuse_prompt: bool = False,
                  copy_rest: bool = True, avoid_noops: bool = False, search_branches: int = 0,
-                 align_snippets: bool = True, guard_shapes: bool = True) -> None:
+                 align_snippets: bool = True, guard_shapes: bool = True, window_inputs: bool = True) -> None:
         """`reuse_prompt`: each run starts from the cache the last one left and reads only the part of
         its prompt that differs (`handle.PromptReuse`; for the interactive app). Off by default: a
         measurement wants every prompt read cold. `copy_rest`: a model-written program that ends
@@ -84,7 +101,9 @@ class EditEngine:
         (backend/core/carried_edit.py) when
         its place is certain, and that edit is replayed with the strategy (copies as prefills for
         cad); otherwise, or when off, the model writes the program. The result says which
-        (`metrics.written_by`, `metrics.aligner_declined`)."""
+        (`metrics.written_by`, `metrics.aligner_declined`). `window_inputs` (model mode): an input
+        too long for the context is edited through the window of it the instruction is most likely
+        about (backend/core/window.py; `metrics.window` names it); off, it is refused."""
         if search_branches < 0:
             raise ValueError("search_branches must be >= 0")
         if loaded.tokenizer is None:
@@ -97,6 +116,7 @@ class EditEngine:
         self.guard_shapes = guard_shapes
         self.search_branches = search_branches
         self.align_snippets = align_snippets
+        self.window_inputs = window_inputs
         self.lock = threading.Lock()
         self._step_seconds: float | None = None
         self._text_tokenizer: Any = None
@@ -149,12 +169,24 @@ class EditEngine:
         return self.prepare(check_request(source, instruction, limits=self.limits, **options))
 
     def prepare(self, request: EditRequest) -> PreparedEdit:
-        """Tokenise the request's prompt once and check prompt + expected output fit the context."""
+        """Tokenise the request's prompt once and check prompt + expected output fit the context. In
+        model mode an input too long for the context is edited through a window of it
+        (`_prepare_window`) unless `window_inputs` is off."""
+        try:
+            return self._prepare_whole(request)
+        except ContextFull:
+            if not (self.window_inputs and request.mode == "model" and len(split_lines(request.source)) > 1):
+                raise
+            return self._prepare_window(request)
+
+    def _prompt_ids(self, request: EditRequest) -> list[int]:
         tokenizer = self.loaded.tokenizer
         if request.strategy == "cad":
-            prompt = program_prompt_ids(tokenizer, request.source, request.instruction, style=prompt_style(self.loaded))
-        else:
-            prompt = plain_prompt_ids(tokenizer, request.source, request.instruction)
+            return program_prompt_ids(tokenizer, request.source, request.instruction, style=prompt_style(self.loaded))
+        return plain_prompt_ids(tokenizer, request.source, request.instruction)
+
+    def _prepare_whole(self, request: EditRequest) -> PreparedEdit:
+        prompt = self._prompt_ids(request)
         aligned, declined = self._align(request)
         wanted = request.target if aligned is None else aligned
         target = tuple(self.encode(wanted)) if wanted is not None else None
@@ -165,12 +197,48 @@ class EditEngine:
         else:
             output = request.max_new_tokens
         if len(prompt) + output > self.context_length:
-            raise EditError(
+            raise ContextFull(
                 f"too long for {self.name}: the prompt is {len(prompt):,} tokens and the output may need {output:,}, "
                 f"but the context holds {self.context_length:,}; shorten the input"
                 + (" or lower max new tokens" if request.mode == "model" else "")
             )
         return PreparedEdit(request, tuple(prompt), target, aligned, declined)
+
+    def _prepare_window(self, request: EditRequest) -> PreparedEdit:
+        """The edit of the window of the input the instruction is most likely about
+        (backend/core/window.py), as large as the context allows; the same window for every
+        strategy (it is sized for a copy-as-decode context: the lines twice, the program's room).
+        EditError when no window holds the lines the instruction names."""
+        lines = split_lines(request.source)
+        costs = line_costs(self.encode, lines)
+        room = self.context_length // WINDOW_PROGRAM_SHARE  # the same for every strategy and budget: the same window
+        overhead = len(program_prompt_ids(self.loaded.tokenizer, "", request.instruction, style=prompt_style(self.loaded)))
+        budget = self.context_length - overhead - room - WINDOW_SLACK
+        for _ in range(WINDOW_TRIES):
+            try:
+                window = choose_window(request.instruction, lines, costs, budget)
+            except WindowError as error:
+                raise EditError(f"too long for {self.name}, and no window of it can be edited: {error}") from None
+            inner = self._window_request(request, window, lines, room)
+            try:
+                prepared = self._prepare_whole(inner)
+            except ContextFull:
+                budget = budget * 4 // 5  # the estimate was short (long numbers, a location hint): a smaller window
+                continue
+            if self.guard_shapes and not shape_kept(request.instruction, lines, window, inner.instruction or ""):
+                raise EditError(f"too long for {self.name}: the edit's lines do not fit in one window of "
+                                f"{window.end - window.start + 1} lines; shorten the input")
+            return replace(prepared, request=request, inner=prepared, window=window)
+        raise EditError(f"too long for {self.name}: no window of the input fits in its context; shorten the input")
+
+    def _window_request(self, request: EditRequest, window: SourceWindow, lines: Sequence[str], room: int) -> EditRequest:
+        """The request as said of the window: its text, its renumbered instruction, and the output
+        room left (a copy program's tags and gens, or a plain rewrite of the window)."""
+        text = window.split(lines)[1]
+        inner = replace(request, source=text, instruction=window_instruction(request.instruction, window))
+        if request.strategy == "cad":
+            return replace(inner, max_new_tokens=min(request.max_new_tokens, room))
+        return replace(inner, max_new_tokens=min(request.max_new_tokens, self.context_length - len(self._prompt_ids(inner))))
 
     def _align(self, request: EditRequest) -> tuple[str | None, str | None]:
         """(merged text, None) when the aligner places the instruction's update snippet or unified
@@ -205,6 +273,9 @@ class EditEngine:
             yield from self._events(prepared, cancel)
 
     def _events(self, prepared: PreparedEdit, cancel: threading.Event | None) -> Iterator[DecodeEvent]:
+        if prepared.inner is not None and prepared.window is not None:
+            lines = split_lines(prepared.request.source)
+            return widened_events(self._events(prepared.inner, cancel), prepared.window, lines)
         if prepared.aligned_target is not None:
             return _labelled(self._replay(prepared, prepared.aligned_target, cancel), written_by="snippet aligner")
         if prepared.aligner_declined is not None:

@@ -58,6 +58,7 @@ class DecodeMetrics:
     search_branch: int | None = None          # the winner's branch point (None: the greedy program)
     written_by: str | None = None             # model mode: "snippet aligner" when backend/core/snippet_apply.py wrote the edit
     aligner_declined: str | None = None       # model mode: why the aligner left a snippet to the model
+    window: str | None = None                 # model mode, input over the context: the lines edited (windowed.py)
 
     @staticmethod
     def step_timing(step_seconds: Sequence[float]) -> dict[str, Any]:

@@ -147,6 +147,7 @@ class Evaluation:
                 row["shape_refused"] = getattr(result.metrics, "shape_refused", 0)  # shape_guard.py
                 row["written_by"] = getattr(result.metrics, "written_by", None) or "model"  # snippet_apply.py
                 row["aligner_declined"] = getattr(result.metrics, "aligner_declined", None)
+                row["window"] = getattr(result.metrics, "window", None)  # an input over the context: the lines edited
                 add_search(row, result)
         return row
 
@@ -197,6 +198,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "written_by_aligner": sum(r.get("written_by") == "snippet aligner" for r in rows),
         "aligner_exact": sum(r.get("written_by") == "snippet aligner" and r.get("outcome") == "exact" for r in rows),
         "aligner_declined": sum(bool(r.get("aligner_declined")) for r in rows),
+        "windowed": sum(bool(r.get("window")) for r in rows),  # inputs over the context, edited through a window
         "per_kind": per_kind,
         "speed": pooled_speed(rows),
     }
