@@ -104,6 +104,21 @@ def test_an_addressed_edit_through_the_server_keeps_its_shape(engine: RemoteEdit
     assert deleted.output == SOURCE.replace("print(area(2))\n", "") and deleted.metrics.requests == 0
 
 
+def test_a_file_over_the_context_goes_to_the_server_as_a_window(engine: RemoteEditEngine) -> None:
+    """The engine told the server holds 2,048 tokens (it holds 8,192): a 300-line file's literal
+    change on line 250 is asked of the real server as one gen, in a window numbered from 1."""
+
+    class SmallContext(RemoteEditEngine):
+        context_length = 2048
+
+    small = SmallContext(engine.client, model="smollm2-135m")
+    lines = [f"value_{n} = {n} * 3.14\n" for n in range(1, 301)]
+    source = "".join(lines)
+    result = small.run_to_result(source, "Change 3.14 to 3.1416 on line 250.", strategy="cad", max_new_tokens=60)
+    assert result.output == "".join(lines[:249] + ["value_250 = 250 * 3.1416\n"] + lines[250:]), result.error
+    assert result.metrics.window is not None and result.metrics.requests == 1
+
+
 def test_plain_through_the_server__equals_in_process_llamacpp_greedy(engine: RemoteEditEngine) -> None:
     from backend.runtime.engine import EditEngine
     from backend.runtime.llamacpp import load_llamacpp

@@ -64,3 +64,23 @@ def test_regex_and_gbnf_escape_what_they_must():
     grammar = gen_grammar([('x = "a\\\\b" + (c)*2\n',)])
     assert re.compile(grammar.regex).fullmatch('<gen>x = "a\\\\b" + (c)*2\n</gen>')
     assert '"x = \\"a\\\\\\\\b\\" + (c)*2\\n"' in grammar.gbnf
+
+
+def test_a_file_over_the_server_s_context_is_edited_through_a_window():
+    """As in process (tests/test_window.py): the window around line 250, the instruction renumbered
+    for it; a deletion's copies are the client's own, so the scripted server is asked nothing."""
+    from backend.runtime.remote_engine import RemoteEditEngine
+
+    class SmallContext(RemoteEditEngine):
+        context_length = 1024
+
+    lines = [f"value_{n} = {n}\n" for n in range(1, 301)]
+    source = "".join(lines)
+    client = FakeClient([])
+    engine = SmallContext(client, model="smollm2-135m")
+    window = engine.validate(source, "Delete line 250.", max_new_tokens=64).window
+    assert window is not None and window.start <= 250 <= window.end and window.start > 1
+    result = engine.run_to_result(source, "Delete line 250.", max_new_tokens=64)
+    assert result.output == "".join(lines[:249] + lines[250:]) and client.bodies == []
+    assert result.metrics.window == window.describe()
+    assert parse_program(result.program)[0] == parse_program(f'<copy lines="1-{window.start - 1}"/>')[0]

@@ -179,6 +179,9 @@ class EditEngine:
                 raise
             return self._prepare_window(request)
 
+    def _prompt_tokens(self, request: EditRequest) -> int:
+        return len(self._prompt_ids(request))
+
     def _prompt_ids(self, request: EditRequest) -> list[int]:
         tokenizer = self.loaded.tokenizer
         if request.strategy == "cad":
@@ -212,7 +215,7 @@ class EditEngine:
         lines = split_lines(request.source)
         costs = line_costs(self.encode, lines)
         room = self.context_length // WINDOW_PROGRAM_SHARE  # the same for every strategy and budget: the same window
-        overhead = len(program_prompt_ids(self.loaded.tokenizer, "", request.instruction, style=prompt_style(self.loaded)))
+        overhead = self._prompt_tokens(replace(request, source="", strategy="cad"))
         budget = self.context_length - overhead - room - WINDOW_SLACK
         for _ in range(WINDOW_TRIES):
             try:
@@ -238,7 +241,7 @@ class EditEngine:
         inner = replace(request, source=text, instruction=window_instruction(request.instruction, window))
         if request.strategy == "cad":
             return replace(inner, max_new_tokens=min(request.max_new_tokens, room))
-        return replace(inner, max_new_tokens=min(request.max_new_tokens, self.context_length - len(self._prompt_ids(inner))))
+        return replace(inner, max_new_tokens=min(request.max_new_tokens, self.context_length - self._prompt_tokens(inner)))
 
     def _align(self, request: EditRequest) -> tuple[str | None, str | None]:
         """(merged text, None) when the aligner places the instruction's update snippet or unified
@@ -270,12 +273,13 @@ class EditEngine:
 
     def _locked(self, prepared: PreparedEdit, cancel: threading.Event | None) -> Iterator[DecodeEvent]:
         with self.lock:
-            yield from self._events(prepared, cancel)
+            if prepared.inner is not None and prepared.window is not None:
+                lines = split_lines(prepared.request.source)
+                yield from widened_events(self._events(prepared.inner, cancel), prepared.window, lines)
+            else:
+                yield from self._events(prepared, cancel)
 
     def _events(self, prepared: PreparedEdit, cancel: threading.Event | None) -> Iterator[DecodeEvent]:
-        if prepared.inner is not None and prepared.window is not None:
-            lines = split_lines(prepared.request.source)
-            return widened_events(self._events(prepared.inner, cancel), prepared.window, lines)
         if prepared.aligned_target is not None:
             return _labelled(self._replay(prepared, prepared.aligned_target, cancel), written_by="snippet aligner")
         if prepared.aligner_declined is not None:

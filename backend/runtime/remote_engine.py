@@ -5,7 +5,8 @@ What differs from the in-process engine: strategies "cad" and "ar" only (prompt 
 engine-side setting there), mode "model" only (forcing a reference needs the logits; an update
 snippet the aligner merges is streamed from its program without a request), token counts
 by our tokenizer of the model's vocabulary (models.yaml `vocabulary`), and the context check uses
-that count of the rendered prompt.
+that count of the rendered prompt (an input over the context is edited through a window of it, as
+in process: backend/core/window.py).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 from backend.core.addressed import requested_shape
 from backend.core.lines import split_lines
 from backend.core.oracle import oracle_program
-from backend.runtime.engine import EditEngine, EditError, EditLimits, EditRequest, PreparedEdit, _labelled
+from backend.runtime.engine import ContextFull, EditEngine, EditError, EditLimits, EditRequest, PreparedEdit, _labelled
 from backend.runtime.events import DecodeEvent
 from backend.runtime.models import ModelSpec, default_model_name, spec_for
 from backend.runtime.prompt import _render, plain_messages, program_messages
@@ -75,6 +76,7 @@ class RemoteEditEngine(EditEngine):
         self.guard_shapes = guard_shapes  # as EditEngine, by the request's grammar (remote_shape.py)
         self.copy_rest = copy_rest  # as EditEngine: an early end after a copy copies the rest (early_end.py)
         self.align_snippets = align_snippets  # as EditEngine; a merge is streamed without the server
+        self.window_inputs = True  # as EditEngine: an input over the server's context goes through a window
         self.client = client
         self.counter = _counter_for(spec)
         self.loaded = RemoteModel(spec=spec, url=client.root, kind=client.kind, tokenizer=self.counter)
@@ -90,9 +92,17 @@ class RemoteEditEngine(EditEngine):
     def encode(self, text: str) -> list[int]:
         return self.counter.encode(text) if text else []
 
-    def prepare(self, request: EditRequest) -> PreparedEdit:
-        """EditEngine.prepare for a server: also rejects "pld" and reference mode (module docstring);
-        the context check counts the rendered prompt with this model's vocabulary."""
+    def _prompt_tokens(self, request: EditRequest) -> int:
+        if request.strategy == "cad":
+            messages = program_messages(request.source, request.instruction, style=self.loaded.spec.prompt)
+        else:
+            messages = plain_messages(request.source, request.instruction)
+        return int(self.counter.count(_render(None, messages)))
+
+    def _prepare_whole(self, request: EditRequest) -> PreparedEdit:
+        """EditEngine's for a server: also rejects "pld" and reference mode (module docstring); the
+        context check counts the rendered prompt with this model's vocabulary (an input over the
+        context goes through a window, as in process: EditEngine.prepare)."""
         if request.strategy not in REMOTE_STRATEGIES:
             raise EditError(
                 f"strategy {request.strategy!r} does not run through a remote engine: prompt lookup is a server "
@@ -100,14 +110,10 @@ class RemoteEditEngine(EditEngine):
             )
         if request.mode != "model":
             raise EditError("reference mode needs an in-process runtime (torch or llama.cpp): a server cannot force a text")
-        if request.strategy == "cad":
-            messages = program_messages(request.source, request.instruction, style=self.loaded.spec.prompt)
-        else:
-            messages = plain_messages(request.source, request.instruction)
-        prompt = self.counter.count(_render(None, messages))
+        prompt = self._prompt_tokens(request)
         output = request.max_new_tokens + (self.counter.count(request.source) if request.strategy == "cad" else 0)
         if prompt + output > self.context_length:
-            raise EditError(
+            raise ContextFull(
                 f"too long for {self.name}: the prompt is {prompt:,} tokens and the output may need {output:,}, "
                 f"but the context holds {self.context_length:,}; shorten the input or lower max new tokens"
             )
