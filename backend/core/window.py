@@ -84,16 +84,21 @@ def relevance(instruction: str | None, lines: Sequence[str]) -> list[float]:
 
 def choose_window(instruction: str | None, lines: Sequence[str], costs: Sequence[int], budget: int) -> SourceWindow:
     """The window to edit: consecutive lines whose summed `costs` (tokens each line takes in the
-    context) stay within `budget`, holding `required_lines`, with the most relevance. WindowError
+    context) stay within `budget`, holding `required_lines`, with the most `relevance`. WindowError
     when the required lines alone exceed the budget or no line fits."""
-    if len(costs) != len(lines) or not lines:
+    return best_window(relevance(instruction, lines), required_lines(instruction, lines), costs, budget)
+
+
+def best_window(scores: Sequence[float], required: tuple[int, int] | None, costs: Sequence[int],
+                budget: int) -> SourceWindow:
+    """`choose_window` for a caller that tries several budgets: the instruction read once into each
+    line's relevance `scores` and the `required` lines."""
+    if len(costs) != len(scores) or not scores:
         raise WindowError("a window needs the input's lines and one cost per line")
-    required = required_lines(instruction, lines)
-    scores = relevance(instruction, lines)
     best: list[tuple[float, int, int]] = []  # (score, start, end) of the best windows, 0-based inclusive
     end, total, held = -1, 0, 0.0
-    for start in range(len(lines)):
-        while end + 1 < len(lines) and total + costs[end + 1] <= budget:
+    for start in range(len(scores)):
+        while end + 1 < len(scores) and total + costs[end + 1] <= budget:
             end += 1
             total, held = total + costs[end], held + scores[end]
         if end >= start and (required is None or (start + 1 <= required[0] and required[1] <= end + 1)):
@@ -109,13 +114,13 @@ def choose_window(instruction: str | None, lines: Sequence[str], costs: Sequence
         what = f"lines {required[0]}-{required[1]}, which the instruction names, do" if required else "no line does"
         raise WindowError(f"{what} not fit in the model's context")
     _, start, end = best[len(best) // 2]  # among equals, the one that centres what they hold
-    return SourceWindow(start + 1, end + 1, len(lines))
+    return SourceWindow(start + 1, end + 1, len(scores))
 
 
 def shape_kept(instruction: str | None, lines: Sequence[str], window: SourceWindow, window_instruction: str) -> bool:
     """Whether the renumbered instruction asks of the window exactly what the instruction asks of
-    the whole input: the same lines dropped, rewritten and inserted beside (with the same texts), or
-    no shape in both."""
+    the whole input: the same lines dropped, rewritten and inserted beside (each with its new text
+    fixed or not), or no shape in both."""
     whole = requested_shape(instruction, lines)
     part = requested_shape(window_instruction, lines[window.start - 1: window.end])
     if whole is None or part is None:

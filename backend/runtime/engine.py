@@ -39,7 +39,9 @@ from typing import Any
 from backend.core.oracle import oracle_program
 from backend.core.carried_edit import SnippetRefused, apply_carried_edit
 from backend.core.lines import split_lines
-from backend.core.window import SourceWindow, WindowError, choose_window, shape_kept, window_instruction
+from backend.core.window import (
+    SourceWindow, WindowError, best_window, relevance, required_lines, shape_kept, window_instruction,
+)
 from backend.runtime.baselines import decode_plain, decode_prompt_lookup, replay_plain, replay_prompt_lookup
 from backend.runtime.decoder import decode_program, encode_text
 from backend.runtime.events import DecodeEvent, DecodeResult
@@ -217,9 +219,10 @@ class EditEngine:
         room = self.context_length // WINDOW_PROGRAM_SHARE  # the same for every strategy and budget: the same window
         overhead = self._prompt_tokens(replace(request, source="", strategy="cad"))
         budget = self.context_length - overhead - room - WINDOW_SLACK
+        scores, required = relevance(request.instruction, lines), required_lines(request.instruction, lines)
         for _ in range(WINDOW_TRIES):
             try:
-                window = choose_window(request.instruction, lines, costs, budget)
+                window = best_window(scores, required, costs, budget)
             except WindowError as error:
                 raise EditError(f"too long for {self.name}, and no window of it can be edited: {error}") from None
             inner = self._window_request(request, window, lines, room)
