@@ -120,3 +120,33 @@ def test_a_file_longer_than_the_context_is_edited_through_a_window(runtime):
     assert result.metrics.window == window.describe() and result.stop_reason in ("eos", "complete")
     assert result.output == "".join(lines[:299] + lines[300:])
     assert resolve_program(parse_program(result.program), source) == result.output
+
+
+@pytest.mark.parametrize("runtime", ["llama.cpp"])
+def test_fix_the_bug_on_a_named_line_picks_a_one_token_repair(runtime):
+    """"Fix the bug on line N": the decoder holds the model's gen to line N with one token
+    repaired (backend/core/repairs.py) and the model picks which. Two bugs put into `bisect.py`
+    (not among the training data's sources): each output differs from the input only on line N, by
+    one of the offered repairs, and the model picks the right one in at least one (measured: both,
+    2026-12-07)."""
+    import bisect as module
+
+    from backend.core.addressed import requested_shape
+    from backend.runtime.engine import EditEngine
+    from backend.runtime.runtimes import load_runtime
+
+    engine = EditEngine(load_runtime(MODEL, runtime))
+    original = Path(module.__file__).read_text(encoding="utf-8").splitlines(keepends=True)
+    exact = 0
+    for old, new in (("hi = len(a)", "hi = len(x)"), ("lo = mid + 1", "lo = mid + 2")):
+        number = next(i for i, line in enumerate(original, 1) if old in line)
+        lines = original[:number - 1] + [original[number - 1].replace(old, new)] + original[number:]
+        instruction = f"Fix the bug on line {number}."
+        ((_, options),) = requested_shape(instruction, lines).texts
+        result = engine.run_to_result("".join(lines), instruction, max_new_tokens=128)
+        out = result.output.splitlines(keepends=True)
+        assert result.stop_reason in ("eos", "complete") and len(out) == len(lines)
+        assert out[:number - 1] == lines[:number - 1] and out[number:] == lines[number:]
+        assert out[number - 1] in {option.text for option in options}
+        exact += result.output == "".join(original)
+    assert exact >= 1

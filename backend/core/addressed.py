@@ -12,8 +12,9 @@ Some instructions also fix that text, up to a choice the model makes (`LineText`
 ("Add `pass` after line 9", "Replace line 4 with `x = 2`") is written at one of the input's
 indentations; a literal change ("Change 1 to 2 on line 12") is the named line with one occurrence
 of the value changed; a rename's lines are those lines with some of the name's occurrences renamed
-(all first; one inside a string may be meant to stay). "Fix the bug on line 7" leaves the line's
-text to the model.
+(all first; one inside a string may be meant to stay). "Fix the bug on line 7" is the line with one
+token repaired (backend/core/repairs.py: an operator, a number off by one, a variable, a `not`),
+narrowed by a bug word ("wrong operator"); which repair is the model's choice.
 
 Reading is conservative: every clause must be one of these edits and say nothing else. Quoted code
 is set aside first; the words left must all be words such edits use (`_WORDS`), a line reference
@@ -33,6 +34,7 @@ from backend.core.definitions import definition_line, definition_lines, docstrin
 from backend.core.line_shape import INSERT, REWRITE, LineShape, LineText
 from backend.core.lines import strip_line_ending
 from backend.core.locate import requested_rename, term_lines
+from backend.core.repairs import looks_like_javascript, repair_options, requested_kinds, variable_names
 
 _FENCED = re.compile(r"```")
 _QUOTED = re.compile(r"`[^`\n]+`|\"[^\"\n]+\"|'[^'\n]+'")
@@ -264,10 +266,21 @@ def read_rewrite(unlined: str, plain: str, words: set[str], refs: list[tuple[int
         options = literal_options(lines[number - 1] + ending, literal.group(old), literal.group(new))
     elif len(quoted) == 1:
         options = places.quoted_line(quoted[0], lines[number - 1:number], only_near=True)
+    elif words & {"fix", "bug"}:
+        options = bug_fix_options(lines, number, places.last_ending if number == len(lines) else "\n", words)
     if not (words - values) <= _WORDS or not words & {"change", "replace", "set", "use", "rewrite", "read", "fix", "bug"}:
         return False
     places.rewrite.add(number)
     return places.quote((REWRITE, number), options)
+
+
+def bug_fix_options(lines: Sequence[str], number: int, ending: str, words: set[str]) -> list[LineText]:
+    """Line `number` with one token repaired (backend/core/repairs.py), of the kinds of bug the
+    instruction's `words` name ("wrong operator"), else of every kind; [] when it has no token a
+    repair changes (then the model writes the line freely)."""
+    repaired = repair_options(lines[number - 1] + ending, variable_names(lines), requested_kinds(words),
+                              javascript=looks_like_javascript(lines))
+    return [LineText(text) for text in repaired]
 
 
 # A line holding the old name this many times or more is offered only with all of them renamed or
