@@ -23,9 +23,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SUBSET = ROOT / "tests" / "fixtures" / "cad-dev-subset.jsonl"
 MODEL = "smollm2-135m-cad"
-FINISHED_FLOOR = 0.85
-SIMILARITY_FLOOR = 0.90  # measured 0.956-0.957
-EXACT_FLOOR = 2 / 14     # measured 3/14 (torch), 4/14 (llama.cpp)
+# Measured 2026-12-07 (shape guard, snippet aligner and copy-the-rest on, the defaults): 14/14
+# finished, line similarity 0.989, 10/14 exact on both runtimes. The floors leave room for a
+# different llama.cpp build or torch version moving a near tie, not for the guard or aligner failing.
+FINISHED_FLOOR = 13 / 14
+SIMILARITY_FLOOR = 0.95
+EXACT_FLOOR = 8 / 14
 
 pytestmark = pytest.mark.slow
 
@@ -70,7 +73,7 @@ def test_evaluate_json__has_the_documented_shape(evaluation):
 
 def test_shipped_model__finishes_programs_and_edits_exactly(evaluation):
     corpus = evaluation["corpora"][str(SUBSET)]
-    assert corpus["finished_valid"] >= FINISHED_FLOOR
+    assert corpus["finished_valid"] >= FINISHED_FLOOR - 1e-9
     assert corpus["line_similarity"] >= SIMILARITY_FLOOR
     assert corpus["exact_match"] >= EXACT_FLOOR - 1e-9
 
