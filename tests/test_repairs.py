@@ -81,3 +81,19 @@ def test_a_line_with_nothing_to_repair_is_left_to_the_model():
     lines = ["x = compute()\n", "print('done')\n"]
     shape = requested_shape("Fix the bug on line 2.", lines)
     assert shape is not None and shape.texts == ()
+
+
+def test_a_server_is_asked_for_one_of_the_repairs():
+    """Through a server (no logits) the repairs become the gen's grammar (remote_shape.py)."""
+    import re
+
+    from backend.core.program import CopyLines
+    from backend.runtime.remote_shape import next_step
+
+    shape = requested_shape("Fix the bug on line 4.", PYTHON)
+    step = next_step(shape, [CopyLines(1, 3)])
+    ((_, options),) = shape.texts
+    regex = step.grammars[0].regex
+    assert all(re.fullmatch(regex, f"<gen>{option.text}</gen>") for option in options)
+    assert not re.fullmatch(regex, f"<gen>{PYTHON[3]}</gen>")
+    assert not re.fullmatch(regex, "<gen>        pass\n</gen>")
