@@ -97,3 +97,10 @@ def test_a_server_is_asked_for_one_of_the_repairs():
     assert all(re.fullmatch(regex, f"<gen>{option.text}</gen>") for option in options)
     assert not re.fullmatch(regex, f"<gen>{PYTHON[3]}</gen>")
     assert not re.fullmatch(regex, "<gen>        pass\n</gen>")
+
+
+def test_floor_division_is_code_in_python_and_a_comment_starts_javascript():
+    assert repair_options("    half = n // 2 + 1\n", [], [NUMBER]) == [
+        "    half = n // 3 + 1\n", "    half = n // 1 + 1\n", "    half = n // 2 + 2\n", "    half = n // 2 + 0\n"]
+    assert repair_options("  x = 1; // was 2\n", [], [NUMBER], javascript=True) == ["  x = 2; // was 2\n", "  x = 0; // was 2\n"]
+    assert [kind for kind, _, _ in line_tokens("a /* b */ c\n", javascript=True) if kind != "other"] == ["name", "comment", "name"]

@@ -278,8 +278,9 @@ def bug_fix_options(lines: Sequence[str], number: int, ending: str, words: set[s
     """Line `number` with one token repaired (backend/core/repairs.py), of the kinds of bug the
     instruction's `words` name ("wrong operator"), else of every kind; [] when it has no token a
     repair changes (then the model writes the line freely)."""
-    repaired = repair_options(lines[number - 1] + ending, variable_names(lines), requested_kinds(words),
-                              javascript=looks_like_javascript(lines))
+    javascript = looks_like_javascript(lines)
+    repaired = repair_options(lines[number - 1] + ending, variable_names(lines, javascript=javascript),
+                              requested_kinds(words), javascript=javascript)
     return [LineText(text) for text in repaired]
 
 

@@ -36,15 +36,15 @@ _SWAPS: dict[str, tuple[str, ...]] = {
 _NEGATABLE_AFTER = re.compile(r"\b(?:if|elif|while|return|and|or)\s+(?!not\b)")  # where `not ` may go
 _JS_NEGATABLE_AFTER = re.compile(r"(?:\bif\s*\(|\bwhile\s*\(|\breturn\s+|&&\s*|\|\|\s*)(?=[\w$(])")
 
-_TOKEN = re.compile(
-    r"""(?P<comment>\#.*|//.*)
+_TOKEN_TAIL = r"""
     |(?P<string>'(?:\\.|[^\\'])*'?|"(?:\\.|[^\\"])*"?|`(?:\\.|[^\\`])*`?)
     |(?P<number>\d+(?:\.\d+)?)
     |(?P<name>[A-Za-z_$][\w$]*)
     |(?P<op>===|!==|==|!=|<=|>=|\+=|-=|&&|\|\||\*\*|//|->|=>|[-+*/<>=!.(),:;\[\]{}%&|^~?@])
-    |(?P<other>\s+|.)""",
-    re.VERBOSE,
-)
+    |(?P<other>\s+|.)"""
+# A comment starts with '#' in Python and '//' in JavaScript (where '//' is Python's floor division).
+_PYTHON_TOKEN = re.compile(r"(?P<comment>\#.*)" + _TOKEN_TAIL, re.VERBOSE)
+_JS_TOKEN = re.compile(r"(?P<comment>//.*|/\*.*?\*/)" + _TOKEN_TAIL, re.VERBOSE)
 _JS_WORDS = frozenset(
     "break case catch class const continue default delete do else export extends false finally for function "
     "if import in instanceof let new null return super switch this throw true try typeof undefined var void "
@@ -53,19 +53,20 @@ _JS_WORDS = frozenset(
 _RESERVED = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist) | _JS_WORDS | {"self", "cls"}
 
 
-def line_tokens(line: str) -> list[tuple[str, str, int]]:
+def line_tokens(line: str, *, javascript: bool = False) -> list[tuple[str, str, int]]:
     """(kind, text, column) of each token of one line: comment, string, number, name, op, other."""
-    return [(m.lastgroup or "other", m.group(), m.start()) for m in _TOKEN.finditer(line)]
+    pattern = _JS_TOKEN if javascript else _PYTHON_TOKEN
+    return [(m.lastgroup or "other", m.group(), m.start()) for m in pattern.finditer(line)]
 
 
-def variable_names(lines: Iterable[str]) -> list[str]:
+def variable_names(lines: Iterable[str], *, javascript: bool = False) -> list[str]:
     """Names the input uses at least twice, never as an attribute (`x.name`): the wrong-variable
     repairs' choices, sorted."""
     counts: dict[str, int] = {}
     attributes: set[str] = set()
     for line in lines:
         previous = ""
-        for kind, text, _ in line_tokens(line):
+        for kind, text, _ in line_tokens(line, javascript=javascript):
             if kind == "name" and text not in _RESERVED:
                 counts[text] = counts.get(text, 0) + 1
                 if previous == ".":
@@ -80,7 +81,7 @@ def repair_options(line: str, names: Sequence[str], kinds: Iterable[str] = KINDS
     `KINDS` (operators first); never `line` itself. `javascript`: a condition is negated with `!`,
     not `not `."""
     wanted = set(kinds)
-    tokens = line_tokens(line)
+    tokens = line_tokens(line, javascript=javascript)
     found: dict[str, None] = {}
 
     def put(start: int, end: int, new: str) -> None:
