@@ -260,14 +260,14 @@ def read_rewrite(unlined: str, plain: str, words: set[str], refs: list[tuple[int
     options: list[LineText] = []
     found = ((pattern.search(unlined), old, new) for pattern, old, new in _LITERALS)
     literal, old, new = next((entry for entry in found if entry[0] is not None), (None, 0, 0))
+    ending = places.last_ending if number == len(lines) else "\n"
     if literal is not None:
         values = {w.lower() for group in literal.groups() for w in _WORD.findall(group) if not _QUOTED.fullmatch(group)}
-        ending = places.last_ending if number == len(lines) else "\n"
         options = literal_options(lines[number - 1] + ending, literal.group(old), literal.group(new))
     elif len(quoted) == 1:
         options = places.quoted_line(quoted[0], lines[number - 1:number], only_near=True)
-    elif words & {"fix", "bug"}:
-        options = bug_fix_options(lines, number, places.last_ending if number == len(lines) else "\n", words)
+    elif words & {"fix", "bug"} and words <= _WORDS:  # a clause the check below refuses needs no repairs
+        options = bug_fix_options(lines, number, ending, words)
     if not (words - values) <= _WORDS or not words & {"change", "replace", "set", "use", "rewrite", "read", "fix", "bug"}:
         return False
     places.rewrite.add(number)
