@@ -158,6 +158,7 @@ def _head(snapshot: Snapshot, mode: str, max_new_tokens: int | None, run_seconds
     if rest:  # backend/runtime/early_end.py: the program ended before the input did
         head += f"; the model's program ended early, so input lines {rest} were copied unchanged"
     head += aligner_text(snapshot.metrics) + window_text(snapshot.metrics) + shape_text(snapshot.metrics)
+    head += backward_text(snapshot.metrics)
     return head + (f"; note: {result.error}" if result is not None and result.error else "")
 
 
@@ -191,6 +192,16 @@ def shape_text(metrics: dict[str, Any]) -> str:
         return ""
     return (f"; the instruction says which lines change, so the decoder kept the program to them "
             f"({refused} of the model's choices refused)")
+
+
+def backward_text(metrics: dict[str, Any]) -> str:
+    """Whether the decoder kept a model-mode program's copies moving forward (backend/core/copy_order.py),
+    in plain words; "" when the model never tried to copy lines again."""
+    refused = metrics.get("backward_refused") or 0
+    if not refused:
+        return ""
+    return (f"; the model tried to copy lines it had already copied, and the decoder kept its copies moving "
+            f"forward ({refused} of its choices refused)")
 
 
 def finish_text(snapshot: Snapshot, *, mode: str = "reference", max_new_tokens: int | None = None,

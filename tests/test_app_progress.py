@@ -110,6 +110,14 @@ def test_finish_text__says_when_the_decoder_kept_the_instruction_s_shape():
     assert "the decoder kept the program to them (3 of the model's choices refused)" in finish_text(snapshot, mode="model")
 
 
+def test_finish_text__says_when_the_decoder_kept_copies_moving_forward():
+    snapshot = _done("eos")
+    assert "already copied" not in finish_text(snapshot, mode="model")
+    snapshot.metrics["backward_refused"] = 2  # backend/runtime/copy_order_guard.py
+    assert ("the model tried to copy lines it had already copied, and the decoder kept its copies moving forward "
+            "(2 of its choices refused)") in finish_text(snapshot, mode="model")
+
+
 def test_finish_text__says_when_the_model_saw_a_window_of_a_long_input():
     snapshot = _done("eos")
     assert "context" not in finish_text(snapshot, mode="model")

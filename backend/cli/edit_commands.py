@@ -43,9 +43,10 @@ from backend.runtime.request import STRATEGIES as ENGINE_STRATEGIES
 
 def load_engine(name: str | None, *, limits: Any = None, runtime: str = "auto", engine_url: str | None = None,
                 engine_kind: str | None = None, copy_rest: bool = True, avoid_noops: bool = False,
-                search_branches: int = 0, align_snippets: bool = True, guard_shapes: bool = True) -> Any:
+                search_branches: int = 0, align_snippets: bool = True, guard_shapes: bool = True,
+                forward_copies: bool = True) -> Any:
     """An EditEngine on the named model (default: models.yaml's default) in `runtime`, or on a remote
-    server (engine_url + engine_kind; docs/DEPLOY.md); `copy_rest`, `avoid_noops`, `search_branches`, `align_snippets`, `guard_shapes` as open_engine's. UsageError if
+    server (engine_url + engine_kind; docs/DEPLOY.md); `copy_rest`, `avoid_noops`, `search_branches`, `align_snippets`, `guard_shapes`, `forward_copies` as open_engine's. UsageError if
     unavailable."""
     from backend.runtime.engine import EditError
     from backend.runtime.models import ModelUnavailable
@@ -54,7 +55,7 @@ def load_engine(name: str | None, *, limits: Any = None, runtime: str = "auto", 
     try:
         return open_engine(name, runtime=runtime, engine_url=engine_url, engine_kind=engine_kind, limits=limits,
                            copy_rest=copy_rest, avoid_noops=avoid_noops, search_branches=search_branches,
-                           align_snippets=align_snippets, guard_shapes=guard_shapes)
+                           align_snippets=align_snippets, guard_shapes=guard_shapes, forward_copies=forward_copies)
     except (ModelUnavailable, EditError, ValueError) as error:
         raise UsageError(str(error)) from None
 
@@ -67,7 +68,10 @@ def add_align_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def add_shape_guard_flag(parser: argparse.ArgumentParser) -> None:
-    """--no-shape-guard (--no-rename-guard, its first name, still accepted)."""
+    """--no-shape-guard (--no-rename-guard, its first name, still accepted); --allow-backward-copies."""
+    parser.add_argument("--allow-backward-copies", action="store_true",
+                        help="model mode: let a copy go back over lines the program already copied (default: "
+                        "copies move forward through the input; backend/core/copy_order.py)")
     parser.add_argument("--no-shape-guard", "--no-rename-guard", dest="no_shape_guard", action="store_true",
                         help="model mode: let the program leave the shape the instruction fixes (default: a rename, "
         "\"Delete lines 4-6\", \"Add `x` after line 9\", \"Change 1 to 2 on line 12\" keep their lines, and the "
@@ -108,7 +112,7 @@ def cmd_edit(args: argparse.Namespace) -> int:
     engine = load_engine(args.model, limits=CLI_LIMITS, copy_rest=not args.no_copy_rest,
                          avoid_noops=args.refuse_noops, search_branches=args.search,
                          align_snippets=not args.no_align_snippets, guard_shapes=not args.no_shape_guard,
-                         **_runtime_options(args))
+                         forward_copies=not args.allow_backward_copies, **_runtime_options(args))
     try:
         events = engine.run(
             source, args.instruction, strategy=args.strategy, mode=mode, target=target,

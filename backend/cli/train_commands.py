@@ -190,7 +190,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         # a server too: model mode needs no logits here
         engine = load_engine(args.model, copy_rest=not args.no_copy_rest, avoid_noops=args.refuse_noops,
                              search_branches=args.search, align_snippets=not args.no_align_snippets,
-                             guard_shapes=not args.no_shape_guard, **_runtime_options(args))
+                             guard_shapes=not args.no_shape_guard, forward_copies=not args.allow_backward_copies,
+                             **_runtime_options(args))
         evaluation = Evaluation(engine, strategies=strategies, speed_limit=args.speed_limit,
                                 max_new_tokens=args.max_new_tokens)
         document: dict[str, Any] = {"model": engine.name, "runtime": engine.loaded.runtime,
@@ -199,7 +200,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                                     "avoid_noops": bool(getattr(engine, "avoid_noops", False)),
                                     "search_branches": int(getattr(engine, "search_branches", 0)),
                                     "align_snippets": bool(getattr(engine, "align_snippets", False)),
-                                    "guard_shapes": bool(getattr(engine, "guard_shapes", False)), "corpora": {}}
+                                    "guard_shapes": bool(getattr(engine, "guard_shapes", False)),
+                                    "forward_copies": bool(getattr(engine, "forward_copies", False)), "corpora": {}}
         table_rows = [_evaluate_corpus(name, args, evaluation, document, results) for name in args.corpora]
     emit(format_table(["corpus", "cases", "finished+valid", "exact", "failures"], table_rows), document)
     return 0

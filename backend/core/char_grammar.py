@@ -58,6 +58,11 @@ def _extendable(digits: str, low: int, high: int) -> bool:
     return False
 
 
+def number_reaches(digits: str, low: int, high: int) -> bool:
+    """Whether the line number begun with `digits` can still end up in [low, high]."""
+    return _extendable(digits, low, high)
+
+
 def number_can_grow(digits: str, low: int, n: int) -> bool:
     """Whether one more digit after `digits` still names a line in [low, n]: while it can, the line
     number being written is not final."""

@@ -10,7 +10,9 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
+
+import torch
 
 from backend.core.fsm import TokenFSM
 from backend.core.fsm_state import FSMState
@@ -53,6 +55,7 @@ class Counts:
     boundary_tokens: int = 0
     noop_refused: int = 0  # tokens refused by the no-op rule (noop_guard.py)
     shape_refused: int = 0  # tokens refused to keep the program in the instruction's shape (shape_guard.py)
+    backward_refused: int = 0  # tokens refused because the copy would go back (copy_order_guard.py)
 
     @property
     def program(self) -> int:
@@ -90,6 +93,7 @@ class DecodeRun:
     copy_rest: bool = False  # model mode: an early end after a copy copies the rest (early_end.py)
     copied_rest: tuple[int, int] | None = None  # the lines that rule copied, when it did
     avoid_noops: bool = False  # model mode: refuse no-op items (noop_guard.py)
+    forward_copies: bool = False  # model mode: no copy back over lines already copied (copy_order_guard.py)
     shape: LineShape | None = None  # model mode: the shape the instruction fixes (shape_guard.py)
     decisions: tuple[int, ...] = ()  # search: the run's first choices, replayed (search.py)
     choices: list[Choice] | None = None  # search: every choice with its log-probability (search.py)
@@ -105,6 +109,20 @@ class DecodeRun:
     @property
     def fsm(self) -> TokenFSM:
         return self.grammar.fsm
+
+    def choose_unless(self, logits: torch.Tensor, token: int | None, refuses: Callable[[int], bool],
+                      limit: int) -> tuple[int | None, int]:
+        """The model's choice `token`, or its next choice while a decoding rule `refuses` it (EOS is
+        never refused): each refused token's logit is set to -inf in `logits` (masked in place by
+        `Grammar.choose`) and the grammar asked again, at most `limit` times; then the choice stands,
+        so a rule never stops a decode. Returns (the token, how many were refused)."""
+        refusals = 0
+        while refusals < limit and token is not None and token != self.grammar.eos_id and refuses(token):
+            refusals += 1
+            with torch.inference_mode():
+                logits[token] = float("-inf")
+            token = self.grammar.choose(logits, self.state, *self.sampling)
+        return token, refusals
 
     def stop(self, reason: str, error: str | None = None) -> None:
         self.stop_reason, self.error = reason, error

@@ -18,8 +18,7 @@ The loop (`_decode`) is a ladder of small steps over one `DecodeRun` (gpt-fast s
                     as one block with the tag's last tokens; every completed op goes to the loop guard
 
 So a sampled token, the forced text after it and a copy it completes cost one forward together.
-Forced tokens would be decoded one step each without jump-forward: `jump_forward_tokens` counts
-them, and each is a forward saved.
+Without jump-forward each forced token is a decode step: `jump_forward_tokens` counts those saved.
 
 Context layout (DESIGN.md): prompt, then the program as emitted, with each copy's text right after
 its tag's closing `"/>` (see `backend.runtime.prompt`). Tokens that would put program text between
@@ -29,11 +28,10 @@ together; if that changes the tag's tokens they are dropped (from `pending`, or 
 the cache) and re-entered in the same forward (`boundary_retokenized` counts such joins). A join
 between two copies never happens: a tag always separates them.
 
-Reference mode (`force_program`): the program text is forced token by token (its canonical
-tokenisation, item by item), except jump-forward segments and copies, which go through one forward
-each exactly as in model mode: the mechanism's cost with perfect spans.
+Reference mode (`force_program`): the program text is forced token by token (canonical tokenisation,
+item by item); jump-forward segments and copies go through one forward each as in model mode.
 
-Model mode stops a looping program early (`loop_guard.LoopGuard`) with stop_reason "loop", partial.
+Model mode stops a looping program early (`loop_guard.LoopGuard`: stop_reason "loop", partial).
 
 Counting, as the baselines count: `forwards` and `elapsed` start after the prompt prefill (its time
 is `prefill_seconds`); a reference replay ends with the forward after the last program token (the
@@ -60,6 +58,7 @@ from backend.runtime.handle import ModelHandle, prefill_prompt
 from backend.runtime.hybrid import Drafting
 from backend.runtime.early_end import copy_tag
 from backend.runtime.loop_guard import LoopGuard
+from backend.runtime.copy_order_guard import keep_copies_forward
 from backend.runtime.noop_guard import refuse_noops
 from backend.runtime.shape_guard import keep_shape, program_shape, rest_at_end
 from backend.runtime.program_text import ForcedProgram, ProgramStream, check_forced, encode_text, tokenize_before_item
@@ -119,8 +118,8 @@ def next_token(run: DecodeRun, logits: torch.Tensor) -> int | None:
     else:
         temperature, top_p, generator = run.sampling
         token = run.grammar.choose(logits, run.state, temperature, top_p, generator)
-        if run.avoid_noops:
-            token = refuse_noops(run, logits, token)
+        token = refuse_noops(run, logits, token) if run.avoid_noops else token
+        token = keep_copies_forward(run, logits, token)  # no copy back over lines already copied
         token = keep_shape(run, logits, token)  # the model's choice unless it breaks the instruction's shape
     if token is None:
         run.stop("error", f"no token allowed in state {run.state.mode!r}")
@@ -260,17 +259,14 @@ def decode_program(
     source: str,
     instruction: str | None,
     *,
-    max_new_tokens: int | None,
-    temperature: float = 0.0,
-    top_p: float = 1.0,
-    seed: int | None = None,
+    max_new_tokens: int | None, temperature: float = 0.0, top_p: float = 1.0, seed: int | None = None,
     cancel: threading.Event | None = None,
     force_program: str | None = None,
     grammar: Grammar | None = None,
     prompt_ids: Sequence[int] | None = None,
     hybrid: PromptLookupSetting | None = None,
     tag_drafts: bool = True, copy_rest: bool = False, avoid_noops: bool = False, guard_shapes: bool = False,
-    trace: bool = False, decisions: Sequence[int] = (),
+    forward_copies: bool = False, trace: bool = False, decisions: Sequence[int] = (),
 ) -> Iterator[DecodeEvent]:
     """Copy-as-decode: the model writes a program under the FSM; copies enter the cache in one
     forward each. Yields tag / copy / gen events, then one done event with the DecodeResult.
@@ -283,7 +279,8 @@ def decode_program(
     a gen) is checked in the forward that enters the copy or the gen's close (hybrid.py); False
     decodes every chosen tag token in its own step (to measure what the drafts save).
     `prompt_ids`: the program prompt already tokenised (default: `program_prompt_ids`, model's style).
-    `copy_rest` / `avoid_noops` / `guard_shapes` (model mode): early_end / noop_guard / shape_guard.py.
+    `copy_rest` / `avoid_noops` / `guard_shapes` / `forward_copies` (model mode): early_end.py, noop_guard.py,
+    shape_guard.py, copy_order_guard.py.
     `trace` (model mode, greedy): every choice is recorded with its log-probability and the
     runner-up's (`DecodeResult.choices`); `decisions`: the first choices are these tokens, then
     greedy (search.py branches a run this way; the no-op rule is off in a traced run).
@@ -310,7 +307,8 @@ def decode_program(
         sampling=(temperature, top_p, make_generator(seed) if temperature > 0 and forced is None else None),
         guard=LoopGuard() if forced is None else None,
         drafting=Drafting(hybrid, next_token, take_token, jump_forward, tags=tag_drafts),
-        copy_rest=copy_rest and force_program is None, avoid_noops=avoid_noops and force_program is None,
+        copy_rest=copy_rest and forced is None, avoid_noops=avoid_noops and forced is None,
+        forward_copies=forward_copies and not (forced or trace or decisions),
         shape=program_shape(source, instruction) if guard_shapes and not (forced or trace or decisions) else None,
         decisions=tuple(decisions), choices=[] if (trace or decisions) and force_program is None else None,
     )
@@ -386,11 +384,10 @@ def finish(run: DecodeRun, *, prompt_tokens: int, prefill_seconds: float) -> Dec
         accepted_draft_tokens=run.drafting.accepted if run.drafting else 0,
         draft_tokens=run.drafting.drafted if run.drafting and run.drafting.gen_setting else None,
         tag_drafts_accepted=run.drafting.tag_accepted if run.drafting else 0,
-        output_tokens=output_tokens, program_tokens=counts.program,
+        output_tokens=output_tokens, program_tokens=counts.program, prompt_reused_tokens=run.prompt_reused or None,
         copies=sum(isinstance(op, CopyLines) for op in final_ops), prompt_tokens=prompt_tokens,
-        prompt_reused_tokens=run.prompt_reused or None,
         copied_rest=f"{run.copied_rest[0]}-{run.copied_rest[1]}" if run.copied_rest else None,
-        noop_refused=counts.noop_refused, shape_refused=counts.shape_refused,
+        noop_refused=counts.noop_refused, shape_refused=counts.shape_refused, backward_refused=counts.backward_refused,
         **DecodeMetrics.step_timing(run.cache.step_seconds[run.base_steps:]),
     )
     return DecodeResult(

@@ -84,7 +84,8 @@ class EditEngine:
 
     def __init__(self, loaded: ModelHandle, *, limits: EditLimits = EditLimits(), reuse_prompt: bool = False,
                  copy_rest: bool = True, avoid_noops: bool = False, search_branches: int = 0,
-                 align_snippets: bool = True, guard_shapes: bool = True, window_inputs: bool = True) -> None:
+                 align_snippets: bool = True, guard_shapes: bool = True, window_inputs: bool = True,
+                 forward_copies: bool = True) -> None:
         """`reuse_prompt`: each run starts from the cache the last one left and reads only the part of
         its prompt that differs (`handle.PromptReuse`; for the interactive app). Off by default: a
         measurement wants every prompt read cold. `copy_rest`: a model-written program that ends
@@ -105,7 +106,8 @@ class EditEngine:
         cad); otherwise, or when off, the model writes the program. The result says which
         (`metrics.written_by`, `metrics.aligner_declined`). `window_inputs` (model mode): an input
         too long for the context is edited through the window of it the instruction is most likely
-        about (backend/core/window.py; `metrics.window` names it); off, it is refused."""
+        about (backend/core/window.py; `metrics.window` names it); off, it is refused. `forward_copies`
+        (model mode): no copy goes back over lines already copied (backend/core/copy_order.py)."""
         if search_branches < 0:
             raise ValueError("search_branches must be >= 0")
         if loaded.tokenizer is None:
@@ -116,6 +118,7 @@ class EditEngine:
         self.copy_rest = copy_rest
         self.avoid_noops = avoid_noops
         self.guard_shapes = guard_shapes
+        self.forward_copies = forward_copies
         self.search_branches = search_branches
         self.align_snippets = align_snippets
         self.window_inputs = window_inputs
@@ -327,6 +330,7 @@ class EditEngine:
                     handle, source, instruction, max_new_tokens=request.max_new_tokens, temperature=temperature,
                     top_p=top_p, seed=seed, cancel=cancel, grammar=self.grammar, prompt_ids=prepared.prompt_ids,
                     copy_rest=self.copy_rest, avoid_noops=self.avoid_noops, guard_shapes=self.guard_shapes,
+                    forward_copies=self.forward_copies,
                     trace=trace, decisions=decisions,
                 )
             if searching:

@@ -88,14 +88,8 @@ def refuse_noops(run: DecodeRun, logits: torch.Tensor, token: int | None) -> int
     """The model's choice, or its next choice while the chosen token would write a no-op item: a
     gen opening with the line a copy would give, or a copy starting right after the copy before it
     (this module). `logits` were masked in place by `choose`."""
-    temperature, top_p, generator = run.sampling
-    for _ in range(MAX_REFUSALS):
-        if token is None or token == run.grammar.eos_id or not writes_noop(run, token):
-            return token
-        run.counts.noop_refused += 1
-        with torch.inference_mode():
-            logits[token] = float("-inf")
-        token = run.grammar.choose(logits, run.state, temperature, top_p, generator)
+    token, refused = run.choose_unless(logits, token, lambda candidate: writes_noop(run, candidate), MAX_REFUSALS)
+    run.counts.noop_refused += refused
     return token
 
 

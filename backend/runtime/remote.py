@@ -6,7 +6,8 @@ The engine is not changed and gives no logits, so the grammar goes to the engine
               grammar = one item or nothing (`remote_grammar.item_regex` / `item_gbnf`),
               stop = ['"/>', '</gen>']: the request ends the moment an item closes
     copy      `<copy lines="i-j` came back: we check 1 <= i <= j <= n (a grammar bounds each number
-              to 1..n; for i > j we ask again for the second number, bounded to i..n), then append
+              to 1..n, or to F..n with F past the lines already copied when copies move forward,
+              copy_order.py; for i > j we ask again for the second number, bounded to i..n), then append
               `"/>` + the copied lines to the prompt of the next request. With prefix caching
               (vLLM V1, SGLang's radix cache, llama.cpp's cache_prompt) the engine prefills only
               the new suffix: a copy costs one batched prefill, inside the next request.
@@ -39,6 +40,7 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from backend.core.copy_order import copy_floor
 from backend.core.line_shape import LineShape
 from backend.core.lines import line_count
 from backend.core.program import CopyLines, Gen, Op
@@ -117,24 +119,26 @@ def _program_events(stream: ProgramStream, text: str, run: _Run) -> Iterator[Dec
         yield run.event(kind, segment, count)
 
 
-def _item_grammars(n_lines: int) -> tuple[ItemGrammar, ItemGrammar]:
-    """The grammar of one item, and of one whose `<` is already in the prompt (held_lt)."""
-    return (ItemGrammar(item_regex(n_lines), item_gbnf(n_lines)),
-            ItemGrammar(item_regex(n_lines, after_lt=True), item_gbnf(n_lines, after_lt=True)))
+def _item_grammars(n_lines: int, first_line: int) -> tuple[ItemGrammar, ItemGrammar]:
+    """The grammar of one item whose copy starts at `first_line` or later, and of one whose `<` is
+    already in the prompt (held_lt)."""
+    return (ItemGrammar(item_regex(n_lines, first_line=first_line), item_gbnf(n_lines, first_line=first_line)),
+            ItemGrammar(item_regex(n_lines, after_lt=True, first_line=first_line),
+                        item_gbnf(n_lines, after_lt=True, first_line=first_line)))
 
 
 def remote_program(
     client: CompletionsClient, source: str, instruction: str | None, *, counter: Callable[[str], int],
     template: Any = None, style: str = "few-shot", max_new_tokens: int, temperature: float = 0.0,
     top_p: float = 1.0, seed: int | None = None, cancel: threading.Event | None = None, copy_rest: bool = False,
-    shape: LineShape | None = None,
+    shape: LineShape | None = None, forward_copies: bool = False,
 ) -> Iterator[DecodeEvent]:
     """Copy-as-decode through a remote engine (see the module docstring); events, then done. `style`:
     the prompt style the served model was trained for (its models.yaml `prompt`); `copy_rest`: an early
     end after a copy copies the rest of the input, as in process (early_end.py); `shape`: the shape the
-    instruction fixes (remote_shape.py: its copies are written here, its gens asked under its grammar)."""
+    instruction fixes (remote_shape.py: its copies are written here, its gens asked under its grammar);
+    `forward_copies`: each request's copy starts after the lines already copied (copy_order.py)."""
     n_lines = line_count(source)
-    grammar, grammar_after_lt = _item_grammars(n_lines)
     lead = ""  # "<" while the prompt ends with the next item's opening (held_lt)
     context = _render(template, program_messages(source, instruction, style=style))
     run, stream = _Run(counter, started=time.perf_counter(), ttfts=[], prompt_tokens=counter(context)), ProgramStream()
@@ -158,7 +162,7 @@ def remote_program(
                     context, lead = yield from _append_copy(step.copy, copy_tag(step.copy.start, step.copy.end),
                                                             source, stream, run, counts, ops, context)
                 continue
-            plain, after_lt = step.grammars or (grammar, grammar_after_lt)
+            plain, after_lt = step.grammars or _item_grammars(n_lines, copy_floor(ops) if forward_copies else 1)
             body = client.body(context, max_tokens=room, stop=STOP_STRINGS, grammar=after_lt if lead else plain,
                                **sampling)
             done = yield from _answer(client, body, run, stream, lead)

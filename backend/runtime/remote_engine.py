@@ -71,10 +71,12 @@ class RemoteEditEngine(EditEngine):
     """Edits through a vLLM / SGLang / llama.cpp server. Same calls and errors as EditEngine."""
 
     def __init__(self, client: CompletionsClient, *, model: str | None = None, limits: EditLimits = EditLimits(),
-                 copy_rest: bool = True, align_snippets: bool = True, guard_shapes: bool = True) -> None:
+                 copy_rest: bool = True, align_snippets: bool = True, guard_shapes: bool = True,
+                 forward_copies: bool = True) -> None:
         spec = spec_for(model or default_model_name())
         self.guard_shapes = guard_shapes  # as EditEngine, by the request's grammar (remote_shape.py)
         self.copy_rest = copy_rest  # as EditEngine: an early end after a copy copies the rest (early_end.py)
+        self.forward_copies = forward_copies  # as EditEngine, by each request's grammar (remote.py)
         self.align_snippets = align_snippets  # as EditEngine; a merge is streamed without the server
         self.window_inputs = True  # as EditEngine: an input over the server's context goes through a window
         self.client = client
@@ -139,7 +141,8 @@ class RemoteEditEngine(EditEngine):
         if request.strategy == "cad":
             shape = requested_shape(request.instruction, split_lines(request.source)) if self.guard_shapes else None
             return remote_program(self.client, request.source, request.instruction, copy_rest=self.copy_rest,
-                                  style=self.loaded.spec.prompt, shape=shape, **options)
+                                  forward_copies=self.forward_copies, style=self.loaded.spec.prompt, shape=shape,
+                                  **options)
         return remote_plain(self.client, request.source, request.instruction, **options)
 
     def _measure_step(self, context_tokens: int, warmup: int, steps: int) -> float:

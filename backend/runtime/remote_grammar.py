@@ -80,15 +80,17 @@ def int_range_regex(low: int, high: int) -> str:
     return "(?:" + "|".join("".join(piece) for piece in _int_range_pieces(low, high)) + ")"
 
 
-def item_regex(n_lines: int, *, after_lt: bool = False) -> str:
+def item_regex(n_lines: int, *, after_lt: bool = False, first_line: int = 1) -> str:
     """One item or nothing, for an input of `n_lines` lines (vLLM / SGLang `regex`).
-    With n_lines == 0 only a gen can be written. `after_lt`: the prompt already ends with the
-    item's `<` (remote.py holds it there after some copies), so the item without it, and required."""
+    A copy's numbers are first_line..n (copies move forward: backend/core/copy_order.py); with no
+    line there (n_lines == 0, or every line copied) only a gen can be written. `after_lt`: the prompt
+    already ends with the item's `<` (remote.py holds it there after some copies), so the item
+    without it, and required."""
     lt, optional = ("", "") if after_lt else ("<", "?")
     gen = f"{lt}gen>{GEN_BODY_REGEX}"
-    if n_lines < 1:
+    if first_line > n_lines:
         return f"(?:{gen}){optional}"
-    number = int_range_regex(1, n_lines)
+    number = int_range_regex(first_line, n_lines)
     return f'(?:{lt}copy lines="{number}-{number}"/>|{gen}){optional}'
 
 
@@ -114,18 +116,18 @@ leave ::= [^/<] | "/" [^g<] | "/g" [^e<] | "/ge" [^n<] | "/gen" [^<>]
 '''
 
 
-def item_gbnf(n_lines: int, *, after_lt: bool = False) -> str:
+def item_gbnf(n_lines: int, *, after_lt: bool = False, first_line: int = 1) -> str:
     """The same language as `item_regex`, as a llama.cpp GBNF grammar (root may be empty, except
     `after_lt`: the item without its leading `<`, required)."""
     lt, optional = ("", "") if after_lt else ("<", "?")
     gen_rules = _GBNF_GEN.replace('gen ::= "<gen>"', f'gen ::= "{lt}gen>"')
-    if n_lines < 1:
+    if first_line > n_lines:
         return f"root ::= gen{optional}\n" + gen_rules
     return (
         f"root ::= item{optional}\n"
         "item ::= copy | gen\n"
         f'copy ::= "{lt}copy lines=\\"" num "-" num "\\"/>"\n'
-        f"num ::= {_gbnf_number(1, n_lines)}\n" + gen_rules
+        f"num ::= {_gbnf_number(first_line, n_lines)}\n" + gen_rules
     )
 
 

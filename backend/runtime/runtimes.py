@@ -89,13 +89,15 @@ def open_engine(
     search_branches: int = 0,
     align_snippets: bool = True,
     guard_shapes: bool = True,
+    forward_copies: bool = True,
 ) -> Any:
     """An EditEngine: on a remote server when `engine_url` is given (then `engine_kind` is needed
     and `runtime` is ignored), else on `load_runtime(model, runtime)`. `limits`: an EditLimits
     (default: the engine's). `reuse_prompt`, `copy_rest`: see `EditEngine` (a server keeps its own
     prompt cache; a remote engine copies the rest on the client, after the server's end).
     `avoid_noops`, `search_branches`: see `EditEngine`; in process only (a server chooses its own
-    tokens). `guard_shapes`: see `EditEngine`; on a server by the request's grammar (remote_shape.py). `align_snippets`: see `EditEngine`; on a server a merge is streamed without a request."""
+    tokens). `guard_shapes`: see `EditEngine`; on a server by the request's grammar (remote_shape.py). `align_snippets`: see `EditEngine`; on a server a merge is streamed without a request.
+    `forward_copies`: see `EditEngine`; on a server by each request's grammar (remote.py)."""
     from backend.runtime.request import EditLimits
 
     limits = limits or EditLimits()
@@ -110,9 +112,9 @@ def open_engine(
         if search_branches:
             raise ValueError("--search works in process only: it needs the model's log-probabilities at every step")
         return RemoteEditEngine(CompletionsClient(engine_url, engine_kind), model=model, limits=limits, copy_rest=copy_rest,
-                                align_snippets=align_snippets, guard_shapes=guard_shapes)
+                                align_snippets=align_snippets, guard_shapes=guard_shapes, forward_copies=forward_copies)
     from backend.runtime.engine import EditEngine
 
     return EditEngine(load_runtime(model, runtime, threads=threads), limits=limits, reuse_prompt=reuse_prompt,
                       copy_rest=copy_rest, avoid_noops=avoid_noops, search_branches=search_branches,
-                      align_snippets=align_snippets, guard_shapes=guard_shapes)
+                      align_snippets=align_snippets, guard_shapes=guard_shapes, forward_copies=forward_copies)

@@ -1,0 +1,40 @@
+"""The decoder's side of "copies move forward" (backend/core/copy_order.py), model mode.
+
+A token that would make the copy being written start before the furthest line already copied
+(or open a copy when every line is copied) is refused and the model's next choice taken, up to
+`MAX_REFUSALS` times per step (a first line number is refused digit by digit: at most the ten
+digits and '-' in a row; then the choice stands, a rule never stops a decode). Where the
+instruction fixes the program's shape (shape_guard.py) the shape already decides every copy, and
+this rule stays out of its way. On by default (`EditEngine(forward_copies=False)`, `edit` /
+`evaluate --allow-backward-copies` turn it off); not in a traced or branched run (search.py). A
+remote engine gets the floor in each request's grammar instead (remote.py).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from backend.core.copy_order import copy_floor, goes_back
+from backend.runtime.decode_run import DecodeRun
+
+MAX_REFUSALS = 16
+
+
+def keep_copies_forward(run: DecodeRun, logits: torch.Tensor, token: int | None) -> int | None:
+    """The model's choice, or its next choice while the chosen token would copy back over lines the
+    program has copied. `logits` were masked in place by `choose`; refused tokens are set to -inf."""
+    if not run.forward_copies or run.shape is not None:
+        return token
+    token, refused = run.choose_unless(logits, token, lambda candidate: copies_back(run, candidate), MAX_REFUSALS)
+    run.counts.backward_refused += refused
+    return token
+
+
+def copies_back(run: DecodeRun, token: int) -> bool:
+    """Whether `token`, read now, commits the program to a copy that goes back (copy_order.py).
+    Before the first copy nothing can go back, so the FSM is not consulted."""
+    floor = copy_floor(run.ops)
+    if floor == 1 and run.state.n_lines >= 1:
+        return False
+    step = run.fsm.advance(run.state, token)
+    return goes_back(step.state.core, step.completed, floor, run.state.n_lines)
