@@ -182,6 +182,8 @@ def test_item_grammar__llama_cpp_parses_it(n_lines: int) -> None:
     LlamaGrammar.from_string(item_gbnf(n_lines), verbose=False)
     LlamaGrammar.from_string(item_gbnf(n_lines, after_lt=True), verbose=False)
     LlamaGrammar.from_string(second_number_gbnf(1, n_lines), verbose=False)
+    for first_line in (2, n_lines, n_lines + 1):  # copies move forward (copy_order.py); past n: a gen only
+        LlamaGrammar.from_string(item_gbnf(n_lines, first_line=first_line), verbose=False)
 
 
 def test_missing_gguf__model_unavailable() -> None:
