@@ -18,42 +18,45 @@ from test_noop_guard import SOURCE, grammar, run  # noqa: F401 (grammar: a pytes
 from test_remote_logic import FakeClient, count
 
 
-@pytest.mark.parametrize("ops, expected", [
-    ([], 1),
-    ([Gen("x\n")], 1),
-    ([CopyLines(1, 2)], 3),
-    ([CopyLines(3, 9), Gen("x\n"), CopyLines(1, 2)], 10),  # the furthest line, not the last copy's
+@pytest.mark.parametrize("ops, n_lines, expected", [
+    ([], 9, 1),
+    ([Gen("x\n")], 9, 1),
+    ([CopyLines(1, 2)], 9, 3),
+    ([CopyLines(3, 7), Gen("x\n"), CopyLines(1, 2)], 9, 8),  # the furthest line, not the last copy's
+    ([CopyLines(1, 9)], 9, 1),                                # every line copied: the rule is off
 ])
-def test_copy_floor_is_one_past_the_furthest_line_copied(ops, expected):
-    assert copy_floor(ops) == expected
+def test_copy_floor_is_one_past_the_furthest_line_copied(ops, n_lines, expected):
+    assert copy_floor(ops, n_lines) == expected
 
 
-@pytest.mark.parametrize("core, floor, n_lines, expected", [
-    ((FIRST_LINE, "3"), 629, 680, True),       # 3, 3x, 3xx: none reaches 629 within 680 lines
-    ((FIRST_LINE, "6"), 629, 680, False),      # 629..680 start with 6
-    ((FIRST_LINE, "61"), 629, 680, True),      # 61x < 629
-    ((FIRST_LINE, "1"), 12, 20, False),        # 12..19 start with 1
-    ((FIRST_LINE, ""), 5, 4, True),            # a copy opened with every line copied
-    ((FIRST_LINE, ""), 4, 4, False),
-    ((IN_TAG, "<c", 0, 0), 5, 4, True),        # committed to a copy tag, nothing left to copy
-    ((IN_TAG, "<", 0, 0), 5, 4, False),        # '<' may still open a gen
-    ((IN_TAG, "<g", 0, 0), 5, 4, False),
-    ((LAST_LINE, "", 3), 4, 9, True),          # first line 3 read, floor 4
-    ((LAST_LINE, "", 4), 4, 9, False),
-    ((IN_TAG, '"', 2, 7), 4, 9, True),         # a finished number pair starting before the floor
-    ((IN_GEN, 0, True), 9, 4, False),          # a gen never goes back
-    ((BETWEEN, True), 9, 4, False),            # EOS and gens stay allowed
+def copied_to(line: int) -> list[CopyLines]:
+    return [CopyLines(1, line)]
+
+
+@pytest.mark.parametrize("core, before, n_lines, expected", [
+    ((FIRST_LINE, "3"), copied_to(628), 680, True),     # 3, 3x, 3xx: none reaches 629 within 680 lines
+    ((FIRST_LINE, "6"), copied_to(628), 680, False),    # 629..680 start with 6
+    ((FIRST_LINE, "61"), copied_to(628), 680, True),    # 61x < 629
+    ((FIRST_LINE, "1"), copied_to(11), 20, False),      # 12..19 start with 1
+    ((FIRST_LINE, ""), copied_to(3), 4, False),         # no digit yet
+    ((FIRST_LINE, "1"), copied_to(4), 4, False),        # every line copied: the rule is off
+    ((LAST_LINE, "", 3), copied_to(3), 9, True),        # first line 3 read, floor 4
+    ((LAST_LINE, "", 4), copied_to(3), 9, False),
+    ((IN_TAG, '"', 2, 7), copied_to(3), 9, True),       # a finished number pair starting before the floor
+    ((IN_TAG, "<c", 0, 0), copied_to(3), 9, False),     # a copy opened: its number decides
+    ((IN_GEN, 0, True), copied_to(3), 9, False),        # a gen never goes back
+    ((BETWEEN, True), copied_to(3), 9, False),          # EOS and gens stay allowed
 ])
-def test_goes_back_once_the_first_line_cannot_reach_the_floor(core, floor, n_lines, expected):
-    assert goes_back(core, (), floor, n_lines) is expected
+def test_goes_back_once_the_first_line_cannot_reach_the_floor(core, before, n_lines, expected):
+    assert goes_back(core, (), before, n_lines) is expected
 
 
 def test_goes_back_checks_copies_the_token_completed_in_order():
-    assert goes_back((BETWEEN, True), (CopyLines(2, 3),), 4, 9)
-    assert not goes_back((BETWEEN, True), (CopyLines(4, 5),), 4, 9)
+    assert goes_back((BETWEEN, True), (CopyLines(2, 3),), copied_to(3), 9)
+    assert not goes_back((BETWEEN, True), (CopyLines(4, 5),), copied_to(3), 9)
     # a token closing copy 4-5 and starting the next copy's first line: the floor moves to 6
-    assert goes_back((LAST_LINE, "", 5), (CopyLines(4, 5),), 4, 9)
-    assert not goes_back((LAST_LINE, "", 6), (CopyLines(4, 5),), 4, 9)
+    assert goes_back((LAST_LINE, "", 5), (CopyLines(4, 5),), copied_to(3), 9)
+    assert not goes_back((LAST_LINE, "", 6), (CopyLines(4, 5),), copied_to(3), 9)
 
 
 def test_every_prefix_of_a_forward_program_is_allowed_and_a_backward_one_is_caught():
@@ -65,7 +68,7 @@ def test_every_prefix_of_a_forward_program_is_allowed_and_a_backward_one_is_caug
         state, ops = fsm.start(4), []
         for byte in program.encode():
             step = fsm.advance(state, byte)
-            if goes_back(step.state.core, step.completed, copy_floor(ops), 4):
+            if goes_back(step.state.core, step.completed, ops, 4):
                 return True
             ops += step.completed
             state = step.state
@@ -74,7 +77,8 @@ def test_every_prefix_of_a_forward_program_is_allowed_and_a_backward_one_is_caug
     assert not caught('<copy lines="1-1"/><gen>TWO\n</gen>\n<copy lines="3-4"/>')
     assert not caught('<gen>zero\n</gen>\n<copy lines="1-4"/><gen>five\n</gen>\n')
     assert caught('<copy lines="1-3"/><gen>x\n</gen>\n<copy lines="2-4"/>')
-    assert caught('<copy lines="1-4"/><gen>five\n</gen>\n<copy lines="4-4"/>')
+    assert not caught('<copy lines="1-4"/><gen>five\n</gen>\n<copy lines="4-4"/>')  # every line copied
+    assert caught('<copy lines="1-3"/><copy lines="3-4"/>')
 
 
 BACK = [CopyLines(1, 3), Gen("x\n"), CopyLines(2, 4)]  # lines 2-3 twice
@@ -99,12 +103,11 @@ def test_the_rule_refuses_the_digit_that_would_go_back(grammar):
     assert all(op.start >= 4 for op in copies_after_first(result.program))
 
 
-def test_with_every_line_copied_no_copy_opens(grammar):
-    """After copy 1-4 the script copies 1-4 again: the 'c' of '<copy' is refused (a gen may still open)."""
+def test_with_every_line_copied_the_rule_is_off(grammar):
+    """After copy 1-4 the script copies 1-4 again: let through (refusing it sent the model into gens)."""
     result = run([CopyLines(1, 4), Gen("five\n"), CopyLines(1, 4)], grammar, forward_copies=True)
-    assert result.metrics.backward_refused >= 1
-    assert result.output.startswith(SOURCE + "five\n") and result.output.count("one") == 1
-    assert copies_after_first(result.program) == []
+    assert result.metrics.backward_refused == 0 and result.stop_reason == "eos"
+    assert result.output == SOURCE + "five\n" + SOURCE
 
 
 def test_a_forward_program_is_left_alone(grammar):
@@ -131,7 +134,9 @@ def test_a_servers_item_grammar_starts_copies_at_the_floor(text, accepted):
     assert bool(re.fullmatch(item_regex(4, first_line=3), text)) == accepted
 
 
-def test_with_every_line_copied_a_server_may_write_a_gen_or_end():
+def test_a_grammar_with_no_line_left_allows_a_gen_or_the_end():
+    """The grammar can say it (a floor past the input); the remote loop never asks for it, as the
+    rule is off once every line is copied (copy_order.copy_floor)."""
     regex = item_regex(4, first_line=5)
     assert re.fullmatch(regex, "<gen>x\n</gen>") and re.fullmatch(regex, "")
     assert not re.fullmatch(regex, '<copy lines="4-4"/>')
@@ -151,4 +156,4 @@ def test_a_remote_program_asks_each_item_under_the_floor_of_the_copies_so_far():
     assert parse_program(result.program) == parse_program('<copy lines="1-2"/><gen>x\n</gen>\n<copy lines="3-4"/>')
     regexes = [body["grammar"].regex for body in client.bodies]
     assert regexes[0] == item_regex(4) and regexes[1] == regexes[2] == item_regex(4, first_line=3)
-    assert regexes[3] == item_regex(4, first_line=5)  # every line copied: a gen or the end
+    assert regexes[3] == item_regex(4)  # every line copied: the rule is off

@@ -9,10 +9,15 @@ tag is cheaper than writing it), never a long stretch on purpose. Any output can
 without going back (a line copied again can be written in a gen), so the rule takes away no
 output, only a copy shortcut the model rarely needs and misuses when it takes it.
 
+Once every line is copied the rule is off: a model that wants to copy then is done, and refusing
+the copy only pushed it into writing gens (on HumanEvalFix-Python, whose inputs are a few lines,
+`<copy lines="1-1"/>`, a gen, and the copy refused: gens until the token cap). So the copy is let
+through there, as before the rule.
+
 `copy_floor` says where the next copy may start; `goes_back` says whether a grammar position
 commits the copy being written to start before it (a first line number that can no longer reach
-the floor, or a copy opened when every line is copied). The runtime refuses such tokens
-(backend/runtime/copy_order_guard.py); a server gets the floor in each request's grammar.
+the floor). The runtime refuses such tokens (backend/runtime/copy_order_guard.py); a server gets
+the floor in each request's grammar.
 """
 
 from __future__ import annotations
@@ -23,28 +28,28 @@ from backend.core.char_grammar import FIRST_LINE, IN_TAG, LAST_LINE, Core, numbe
 from backend.core.program import CopyLines, Op
 
 
-def copy_floor(ops: Sequence[Op]) -> int:
+def copy_floor(ops: Sequence[Op], n_lines: int) -> int:
     """The first line the next copy may start at: one past the furthest line any copy in `ops`
-    reached (1 before any copy)."""
-    return 1 + max((op.end for op in ops if isinstance(op, CopyLines)), default=0)
+    reached; 1 before any copy, and 1 again once every one of the `n_lines` lines is copied (the
+    rule is off then, see above)."""
+    floor = 1 + max((op.end for op in ops if isinstance(op, CopyLines)), default=0)
+    return floor if floor <= n_lines else 1
 
 
-def goes_back(core: Core, completed: Sequence[Op], floor: int, n_lines: int) -> bool:
-    """Whether reading a token that led to grammar position `core`, closing the ops `completed` on
-    the way, makes a copy start before `floor` (the floor before those ops), or opens a copy when
-    no line is left to copy (`floor > n_lines`). A position that may still go either way is not."""
+def goes_back(core: Core, completed: Sequence[Op], before: Sequence[Op], n_lines: int) -> bool:
+    """Whether reading a token after the ops `before`, closing the ops `completed` on the way to
+    grammar position `core`, makes a copy start before its `copy_floor`. A position that may still
+    go either way is not."""
+    ops = list(before)
     for op in completed:
-        if isinstance(op, CopyLines):
-            if op.start < floor:
-                return True
-            floor = max(floor, op.end + 1)
+        if isinstance(op, CopyLines) and op.start < copy_floor(ops, n_lines):
+            return True
+        ops.append(op)
     mode = core[0]
-    if mode == IN_TAG and core[1].startswith("<c"):
-        return floor > n_lines
     if mode == FIRST_LINE:
         digits: str = core[1]
-        return floor > n_lines if not digits else not number_reaches(digits, floor, n_lines)
+        return bool(digits) and not number_reaches(digits, copy_floor(ops, n_lines), n_lines)
     if mode == LAST_LINE or (mode == IN_TAG and core[1].startswith('"')):
         first: int = core[2]
-        return first < floor
+        return first < copy_floor(ops, n_lines)
     return False

@@ -1,7 +1,7 @@
 """The decoder's side of "copies move forward" (backend/core/copy_order.py), model mode.
 
-A token that would make the copy being written start before the furthest line already copied
-(or open a copy when every line is copied) is refused and the model's next choice taken, up to
+A token that would make the copy being written start at or before the furthest line already
+copied (while some line is left to copy) is refused and the model's next choice taken, up to
 `MAX_REFUSALS` times per step (a first line number is refused digit by digit: at most the ten
 digits and '-' in a row; then the choice stands, a rule never stops a decode). Where the
 instruction fixes the program's shape (shape_guard.py) the shape already decides every copy, and
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from backend.core.copy_order import copy_floor, goes_back
+from backend.core.copy_order import goes_back
 from backend.runtime.decode_run import DecodeRun
 
 MAX_REFUSALS = 16
@@ -31,10 +31,6 @@ def keep_copies_forward(run: DecodeRun, logits: torch.Tensor, token: int | None)
 
 
 def copies_back(run: DecodeRun, token: int) -> bool:
-    """Whether `token`, read now, commits the program to a copy that goes back (copy_order.py).
-    Before the first copy nothing can go back, so the FSM is not consulted."""
-    floor = copy_floor(run.ops)
-    if floor == 1 and run.state.n_lines >= 1:
-        return False
+    """Whether `token`, read now, commits the program to a copy that goes back (copy_order.py)."""
     step = run.fsm.advance(run.state, token)
-    return goes_back(step.state.core, step.completed, floor, run.state.n_lines)
+    return goes_back(step.state.core, step.completed, run.ops, run.state.n_lines)

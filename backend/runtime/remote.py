@@ -162,7 +162,7 @@ def remote_program(
                     context, lead = yield from _append_copy(step.copy, copy_tag(step.copy.start, step.copy.end),
                                                             source, stream, run, counts, ops, context)
                 continue
-            plain, after_lt = step.grammars or _item_grammars(n_lines, copy_floor(ops) if forward_copies else 1)
+            plain, after_lt = step.grammars or _item_grammars(n_lines, copy_floor(ops, n_lines) if forward_copies else 1)
             body = client.body(context, max_tokens=room, stop=STOP_STRINGS, grammar=after_lt if lead else plain,
                                **sampling)
             done = yield from _answer(client, body, run, stream, lead)
