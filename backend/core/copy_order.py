@@ -40,16 +40,19 @@ def goes_back(core: Core, completed: Sequence[Op], before: Sequence[Op], n_lines
     """Whether reading a token after the ops `before`, closing the ops `completed` on the way to
     grammar position `core`, makes a copy start before its `copy_floor`. A position that may still
     go either way is not."""
-    ops = list(before)
-    for op in completed:
-        if isinstance(op, CopyLines) and op.start < copy_floor(ops, n_lines):
-            return True
-        ops.append(op)
+    floor = copy_floor(before, n_lines)
+    if completed:  # rare: a token that closes an item; the floor moves with each copy it closed
+        ops = list(before)
+        for op in completed:
+            if isinstance(op, CopyLines) and op.start < copy_floor(ops, n_lines):
+                return True
+            ops.append(op)
+        floor = copy_floor(ops, n_lines)
     mode = core[0]
     if mode == FIRST_LINE:
         digits: str = core[1]
-        return bool(digits) and not number_reaches(digits, copy_floor(ops, n_lines), n_lines)
+        return bool(digits) and not number_reaches(digits, floor, n_lines)
     if mode == LAST_LINE or (mode == IN_TAG and core[1].startswith('"')):
         first: int = core[2]
-        return first < copy_floor(ops, n_lines)
+        return first < floor
     return False

@@ -31,6 +31,9 @@ def keep_copies_forward(run: DecodeRun, logits: torch.Tensor, token: int | None)
 
 
 def copies_back(run: DecodeRun, token: int) -> bool:
-    """Whether `token`, read now, commits the program to a copy that goes back (copy_order.py)."""
+    """Whether `token`, read now, commits the program to a copy that goes back (copy_order.py).
+    Inside a gen only a token holding '>' can close it, so the others are not walked (the hot path)."""
+    if run.state.mode == "gen" and b">" not in run.grammar.token_bytes(token):
+        return False
     step = run.fsm.advance(run.state, token)
     return goes_back(step.state.core, step.completed, run.ops, run.state.n_lines)
