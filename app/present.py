@@ -142,11 +142,12 @@ def _head(snapshot: Snapshot, mode: str, max_new_tokens: int | None, run_seconds
             why += f" ({run_seconds:g} s)"
         detail = snapshot.error or (result.error if result is not None else None)
         return (f"FAILED: {why}" + (f": {detail}" if detail else "") + f" · after {timing} · what it produced is kept, "
-                f"marked partial{aligner_text(snapshot.metrics)}{window_text(snapshot.metrics)}")
+                f"marked partial{aligner_text(snapshot.metrics)}{window_text(snapshot.metrics)}"
+                f"{retry_text(snapshot.metrics)}")
     if is_unchanged(snapshot, mode, source):
         return (f"NO CHANGE: the model's program copies the input unchanged, so the instruction was not "
                 f"carried out · after {timing} · try rewording the instruction or name the line"
-                f"{aligner_text(snapshot.metrics)}{window_text(snapshot.metrics)}")
+                f"{aligner_text(snapshot.metrics)}{window_text(snapshot.metrics)}{retry_text(snapshot.metrics)}")
     if stop == "max_tokens":
         limit = f" ({max_new_tokens})" if max_new_tokens else ""
         return f"stopped at the max new tokens limit{limit} after {timing} — partial result"
@@ -157,7 +158,8 @@ def _head(snapshot: Snapshot, mode: str, max_new_tokens: int | None, run_seconds
     rest = snapshot.metrics.get("copied_rest")
     if rest:  # backend/runtime/early_end.py: the program ended before the input did
         head += f"; the model's program ended early, so input lines {rest} were copied unchanged"
-    head += aligner_text(snapshot.metrics) + window_text(snapshot.metrics) + shape_text(snapshot.metrics)
+    head += aligner_text(snapshot.metrics) + window_text(snapshot.metrics) + retry_text(snapshot.metrics)
+    head += shape_text(snapshot.metrics)
     head += backward_text(snapshot.metrics)
     return head + (f"; note: {result.error}" if result is not None and result.error else "")
 
@@ -182,6 +184,17 @@ def window_text(metrics: dict[str, Any]) -> str:
         return ""
     return (f"; the input is longer than the model's context, so the model was shown {window} (the part the "
             f"instruction is most about) and the lines outside it were kept as they are")
+
+
+def retry_text(metrics: dict[str, Any]) -> str:
+    """That a windowed edit is a second try (backend/runtime/window_retry.py), in plain words and
+    with what the first cost; "" otherwise."""
+    note = metrics.get("window_retry")
+    if not note:
+        return ""
+    spent = metrics.get("retry_seconds")
+    cost = f"; the first try's {spent:.1f} s are counted in the time and speed-up" if spent else ""
+    return f"; {note}{cost}"
 
 
 def shape_text(metrics: dict[str, Any]) -> str:

@@ -46,6 +46,14 @@ class RunTracker:
         self.step_seconds = step_seconds
         self.lookup = lookup  # prompt lookup's (n-gram, drafts): stored with the metrics, so Compare can tell runs apart
         self._lock = threading.Lock()
+        self._clear_stream()
+        self._started = time.perf_counter()
+        self._result: Any = None
+        self._error: str | None = None
+        self._done = False
+        self._restart_note: str | None = None  # why the stream started over (backend/runtime/window_retry.py)
+
+    def _clear_stream(self) -> None:
         self._spans: list[list[str]] = []  # [text, kind]
         self._program: list[str] = []
         self._output: list[str] = []
@@ -54,11 +62,7 @@ class RunTracker:
         self._forwards = 0
         self._elapsed = 0.0
         self._timeline: list[tuple[float, int]] = [(0.0, 0)]
-        self._started = time.perf_counter()
         self._first_span: float | None = None
-        self._result: Any = None
-        self._error: str | None = None
-        self._done = False
 
     def restart_clock(self) -> None:
         self._started = time.perf_counter()
@@ -66,6 +70,10 @@ class RunTracker:
     def add(self, event: Any) -> None:
         with self._lock:
             kind = event.kind
+            if kind == "restart":  # the engine starts the edit over: what was streamed is void
+                self._clear_stream()
+                self._restart_note = event.text
+                return
             self._forwards = max(self._forwards, int(event.forwards))
             self._elapsed = max(self._elapsed, float(event.elapsed))
             if kind == "done":
@@ -127,7 +135,8 @@ class RunTracker:
         generated = int(final.get("tokens_generated", self._tokens["gen"] + self._tokens["draft"]))
         tags = int(final.get("tokens_tag", self._tokens["tag"]))
         forwards = int(final.get("forwards", self._forwards))
-        elapsed = float(final.get("wall_seconds", self._elapsed))
+        # a second try's speed-up pays for the first try too
+        elapsed = float(final.get("wall_seconds", self._elapsed)) + float(final.get("retry_seconds") or 0.0)
         output_tokens = int(final.get("output_tokens", copied + generated))
         rate = final.get("tokens_per_second")
         if rate is None:
@@ -143,6 +152,8 @@ class RunTracker:
             "output_tokens": output_tokens,
             "tokens_per_second": float(rate),
         }
+        if self._restart_note and not final:
+            metrics["window_retry"] = self._restart_note
         if self.lookup is not None:
             metrics["lookup"] = lookup_label(self.lookup)
         step, basis = self._plain_step_price(final)

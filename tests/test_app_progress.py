@@ -126,6 +126,27 @@ def test_finish_text__says_when_the_model_saw_a_window_of_a_long_input():
     assert said in finish_text(snapshot, mode="model") and said in finish_text(_with(snapshot, "loop"), mode="model")
 
 
+def test_a_restart_voids_what_streamed_and_the_second_try_pays_for_the_first():
+    tracker = RunTracker("cad", step_seconds=0.1)
+    tracker.add(DecodeEvent("copy", "old\n" * 50, 50, 0, 0.0))
+    tracker.add(DecodeEvent("gen", "x", 1, 40, 9.0))
+    note = "in lines 1-300 of 900 the model's program reached the token limit without finishing the edit, so ..."
+    tracker.add(DecodeEvent("restart", note, 0, 0, 0.0))  # backend/runtime/window_retry.py
+    running = tracker.snapshot()
+    assert running.spans == () and running.output == "" and running.metrics["forwards"] == 0
+    assert running.metrics["window_retry"] == note and tracker.event_summary()["tokens"]["copy"] == 0
+    tracker.add(DecodeEvent("copy", "a\nb\n", 4, 1, 0.1))
+    result = DecodeResult("cad", "model", "a\nb\nc\n", '<copy lines="1-2"/><gen>c\n</gen>', False, "eos", None,
+                          _metrics(window_retry=note, retry_seconds=0.3))
+    tracker.add(DecodeEvent("done", "", 0, 18, 0.3, result))
+    final = tracker.snapshot()
+    assert final.spans == (("a\nb\n", "copy"),)
+    assert final.metrics["elapsed_seconds"] == pytest.approx(0.6)  # 0.3 s now + the first try's 0.3 s
+    assert final.metrics["speedup"] == pytest.approx(1.0)  # 6 tokens x 0.1 s over 0.6 s, not over 0.3 s
+    said = finish_text(final, mode="model")
+    assert note in said and "the first try's 0.3 s are counted in the time and speed-up" in said
+
+
 def _with(snapshot: Snapshot, stop: str) -> Snapshot:
     failed = _done(stop)
     failed.metrics.update(snapshot.metrics)

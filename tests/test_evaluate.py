@@ -149,3 +149,18 @@ def test_evaluate_cli__search_must_be_a_count(capsys):
 
     assert main(["evaluate", "dev.jsonl", "--search", "-1"]) == 2   # a usage error, before any model loads
     assert "--search: must be >= 0, got -1" in capsys.readouterr().err
+
+
+def test_add_retry__a_second_try_counts_the_first_s_seconds_and_is_counted():
+    from types import SimpleNamespace
+
+    from backend.training.evaluate import add_retry
+
+    note = "in lines 1-300 of 900 the model's program reached the token limit without finishing the edit, so ..."
+    row = _row("single_hunk", "no_change", 2.0)
+    add_retry(row, SimpleNamespace(metrics=SimpleNamespace(window_retry=note, retry_seconds=30.5)))
+    assert row["window_retry"] == note and row["cad"]["seconds"] == 32.5 and row["cad"]["retry_seconds"] == 30.5
+    untouched = _row("single_hunk", "exact", 2.0)
+    add_retry(untouched, SimpleNamespace(metrics=SimpleNamespace(window_retry=None, retry_seconds=None)))
+    assert untouched == _row("single_hunk", "exact", 2.0)
+    assert summarize([row, untouched])["window_retried"] == 1

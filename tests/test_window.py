@@ -3,6 +3,7 @@ backend/runtime/windowed.py): which window, the instruction and program renumber
 putting the window's edit back into the whole input, on the fake model and on a real tokenizer."""
 
 import dataclasses
+import threading
 
 import pytest
 import torch
@@ -13,9 +14,10 @@ from backend.core.lines import split_lines
 from backend.core.program import CopyLines, Gen, parse_program
 from backend.core.resolve import resolve_program
 from backend.core.window import (
-    SourceWindow, WindowError, choose_window, renumber_copies, required_lines, shape_kept, widen_program,
-    window_instruction,
+    SourceWindow, WindowError, best_window, choose_window, renumber_copies, required_lines, shape_kept, widen_program,
+    relevance, window_instruction,
 )
+from backend.runtime import window_retry
 from backend.runtime.engine import ContextFull, EditEngine, EditError, EditLimits
 from backend.runtime.grammar import Grammar
 from backend.runtime.prompt import context_text
@@ -179,3 +181,91 @@ def test_the_window_fits_a_real_model_s_context(tiny_model):
     assert result.metrics.window == prepared.window.describe()
     lines = split_lines(result.output)
     assert lines[: prepared.window.start - 1] == LINES[: prepared.window.start - 1]  # the lines before, untouched
+
+
+# -- a second try in a window the size the model was trained on (backend/runtime/window_retry.py) ------
+
+
+class ScriptPerTry(EditEngine):
+    """The fake engine writing the next of `scripts` on each decode (one per try); a script is a
+    list of program items, written in the layout of the window it is decoded in."""
+
+    def __init__(self, scripts, context=3000):
+        super().__init__(FakeModel("", spec=FakeSpec(context_length=context)),
+                         limits=EditLimits(max_source_chars=10**6, max_source_lines=10**6), reuse_prompt=False)
+        self._grammar = Grammar(byte_vocabulary(), TokenFSM(byte_vocabulary()), VOCAB_SIZE, torch.device("cpu"))
+        self.scripts = list(scripts)
+        self.tries = 0
+
+    def decode_prepared(self, prepared, cancel):
+        script = context_text(self.scripts[self.tries], prepared.request.source)
+        self.loaded = self.decoding = dataclasses.replace(self.loaded, script_text=script)
+        self.tries += 1
+        return super().decode_prepared(prepared, cancel)
+
+
+RUNAWAY = [CopyLines(1, 2), Gen("x" * 500)]  # the token limit (200) ends the gen
+EARLY_END = [CopyLines(1, 3)]  # then EOS: the decoder copies the rest of the window
+
+
+@pytest.fixture
+def small_cap(monkeypatch):
+    """A cap below the fake engine's window (~40 lines at a 3,000-byte context), as 200 lines are
+    below a real model's largest."""
+    monkeypatch.setattr(window_retry, "TRAINED_WINDOW_LINES", 20)
+    return 20
+
+
+def test_a_runaway_in_a_large_window_is_tried_again_in_a_trained_size_window(small_cap):
+    engine = ScriptPerTry([RUNAWAY, EARLY_END])
+    first = engine.validate(SOURCE, "Make special_total start at one.", max_new_tokens=200).window
+    events, result = run(engine, "Make special_total start at one.")
+    assert engine.tries == 2 and first.end - first.start + 1 > small_cap
+    restart = [index for index, event in enumerate(events) if event.kind == "restart"]
+    assert len(restart) == 1 and f"in {first.describe()}" in events[restart[0]].text
+    assert "reached the token limit" in events[restart[0]].text
+    second = result.metrics.window
+    assert second != first.describe() and not result.partial and result.stop_reason == "eos"
+    start, end = (int(n) for n in second.split()[1].split("-"))
+    assert end - start + 1 <= small_cap and start <= 200 <= end  # still around the instruction's line
+    assert result.output == SOURCE and result.metrics.window_retry == events[restart[0]].text
+    assert result.metrics.retry_seconds is not None and result.metrics.retry_seconds >= 0
+    after = "".join(e.text for e in events[restart[0] + 1:] if e.kind in ("copy", "gen"))
+    assert after == result.output  # what streamed after the restart is the whole output
+
+
+def test_a_second_runaway_is_reported_as_the_failure_it_is(small_cap):
+    engine = ScriptPerTry([RUNAWAY, RUNAWAY])
+    events, result = run(engine, "Make special_total start at one.")
+    assert engine.tries == 2 and [e.kind for e in events].count("restart") == 1
+    assert result.partial and result.stop_reason == "max_tokens" and result.metrics.window_retry
+
+
+def test_a_finished_or_cancelled_edit_is_never_tried_again(small_cap):
+    engine = ScriptPerTry([EARLY_END, RUNAWAY])
+    events, result = run(engine, "Make special_total start at one.")
+    assert engine.tries == 1 and not result.partial and result.metrics.window_retry is None
+    assert "restart" not in [e.kind for e in events]
+    cancel = threading.Event()
+    cancel.set()
+    engine = ScriptPerTry([RUNAWAY, EARLY_END])
+    _, result = run(engine, "Make special_total start at one.", cancel=cancel)
+    assert engine.tries == 1 and result.stop_reason == "cancel"
+
+
+def test_no_second_try_when_the_window_is_already_trained_size_or_the_lines_do_not_fit(small_cap, monkeypatch):
+    engine = ScriptPerTry([RUNAWAY, EARLY_END])
+    monkeypatch.setattr(window_retry, "TRAINED_WINDOW_LINES", 100)  # larger than the first window
+    _, result = run(engine, "Make special_total start at one.")
+    assert engine.tries == 1 and result.stop_reason == "max_tokens" and result.metrics.window_retry is None
+    monkeypatch.setattr(window_retry, "TRAINED_WINDOW_LINES", 20)
+    engine = ScriptPerTry([RUNAWAY, EARLY_END])
+    _, result = run(engine, "Make special_total start at one, as line 180 and line 210 do.")  # no 20-line window holds both
+    assert engine.tries == 1 and result.partial and result.metrics.window_retry is None
+
+
+def test_a_line_cap_bounds_the_window_and_keeps_what_is_required():
+    window = best_window(relevance("Make special_total start at one.", LINES), None, [1] * 300, 150, max_lines=40)
+    assert window.end - window.start + 1 == 40 and window.start <= 200 <= window.end
+    with pytest.raises(WindowError):
+        best_window([0.0] * 300, (10, 60), [1] * 300, 150, max_lines=40)

@@ -33,6 +33,12 @@ _COPY_TAG = re.compile(r'<copy lines="(\d+)-(\d+)"/>')
 _GEN = re.compile(re.escape(GEN_OPEN) + ".*?(?:" + re.escape(GEN_CLOSE) + r"|\Z)", re.S)  # an open gen runs to the end
 
 
+# The longest window the shipped model was trained on (backend/training/sources.py WINDOW_BANDS). A
+# larger window is the first try (more of the file in view); when the model runs away in it, the
+# edit is tried once more in a window of at most this many lines (backend/runtime/window_retry.py).
+TRAINED_WINDOW_LINES = 200
+
+
 class WindowError(ValueError):
     """No window of the input fits and holds the lines the instruction names."""
 
@@ -90,15 +96,16 @@ def choose_window(instruction: str | None, lines: Sequence[str], costs: Sequence
 
 
 def best_window(scores: Sequence[float], required: tuple[int, int] | None, costs: Sequence[int],
-                budget: int) -> SourceWindow:
+                budget: int, *, max_lines: int | None = None) -> SourceWindow:
     """`choose_window` for a caller that tries several budgets: the instruction read once into each
-    line's relevance `scores` and the `required` lines."""
+    line's relevance `scores` and the `required` lines; no window longer than `max_lines` lines."""
     if len(costs) != len(scores) or not scores:
         raise WindowError("a window needs the input's lines and one cost per line")
+    longest = len(scores) if max_lines is None else max_lines
     best: list[tuple[float, int, int]] = []  # (score, start, end) of the best windows, 0-based inclusive
     end, total, held = -1, 0, 0.0
     for start in range(len(scores)):
-        while end + 1 < len(scores) and total + costs[end + 1] <= budget:
+        while end + 1 < len(scores) and total + costs[end + 1] <= budget and end + 1 - start < longest:
             end += 1
             total, held = total + costs[end], held + scores[end]
         if end >= start and (required is None or (start + 1 <= required[0] and required[1] <= end + 1)):

@@ -49,7 +49,8 @@ from backend.runtime.grammar import Grammar
 from backend.runtime.handle import ModelHandle, PromptReuse
 from backend.runtime.prompt import plain_prompt_ids, program_prompt_ids, prompt_style, reference_program
 from backend.runtime.search import search_events
-from backend.runtime.windowed import line_costs, widened_events
+from backend.runtime.window_retry import windowed_events
+from backend.runtime.windowed import line_costs
 from backend.runtime.request import STRATEGIES, EditError, EditLimits, EditRequest, check_request
 
 __all__ = ["STRATEGIES", "ContextFull", "EditEngine", "EditError", "EditLimits", "EditRequest", "PreparedEdit"]
@@ -176,13 +177,13 @@ class EditEngine:
     def prepare(self, request: EditRequest) -> PreparedEdit:
         """Tokenise the request's prompt once and check prompt + expected output fit the context. In
         model mode an input too long for the context is edited through a window of it
-        (`_prepare_window`) unless `window_inputs` is off."""
+        (`prepare_window`) unless `window_inputs` is off."""
         try:
             return self._prepare_whole(request)
         except ContextFull:
             if not (self.window_inputs and request.mode == "model" and len(split_lines(request.source)) > 1):
                 raise
-            return self._prepare_window(request)
+            return self.prepare_window(request)
 
     def _prompt_tokens(self, request: EditRequest) -> int:
         return len(self._prompt_ids(request))
@@ -212,11 +213,11 @@ class EditEngine:
             )
         return PreparedEdit(request, tuple(prompt), target, aligned, declined)
 
-    def _prepare_window(self, request: EditRequest) -> PreparedEdit:
+    def prepare_window(self, request: EditRequest, *, max_lines: int | None = None) -> PreparedEdit:
         """The edit of the window of the input the instruction is most likely about
-        (backend/core/window.py), as large as the context allows; the same window for every
-        strategy (it is sized for a copy-as-decode context: the lines twice, the program's room).
-        EditError when no window holds the lines the instruction names."""
+        (backend/core/window.py), as large as the context allows (and at most `max_lines` lines);
+        the same window for every strategy (it is sized for a copy-as-decode context: the lines
+        twice, the program's room). EditError when no window holds the lines the instruction names."""
         lines = split_lines(request.source)
         costs = line_costs(self.encode, lines)
         room = self.context_length // WINDOW_PROGRAM_SHARE  # the same for every strategy and budget: the same window
@@ -225,7 +226,7 @@ class EditEngine:
         scores, required = relevance(request.instruction, lines), required_lines(request.instruction, lines)
         for _ in range(WINDOW_TRIES):
             try:
-                window = best_window(scores, required, costs, budget)
+                window = best_window(scores, required, costs, budget, max_lines=max_lines)
             except WindowError as error:
                 raise EditError(f"too long for {self.name}, and no window of it can be edited: {error}") from None
             inner = self._window_request(request, window, lines, room)
@@ -280,10 +281,13 @@ class EditEngine:
     def _locked(self, prepared: PreparedEdit, cancel: threading.Event | None) -> Iterator[DecodeEvent]:
         with self.lock:
             if prepared.inner is not None and prepared.window is not None:
-                lines = split_lines(prepared.request.source)
-                yield from widened_events(self._events(prepared.inner, cancel), prepared.window, lines)
+                yield from windowed_events(self, prepared, cancel)
             else:
                 yield from self._events(prepared, cancel)
+
+    def decode_prepared(self, prepared: PreparedEdit, cancel: threading.Event | None) -> Iterator[DecodeEvent]:
+        """The events of one prepared (unwindowed) edit, without the engine's lock."""
+        return self._events(prepared, cancel)
 
     def _events(self, prepared: PreparedEdit, cancel: threading.Event | None) -> Iterator[DecodeEvent]:
         if prepared.aligned_target is not None:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-EVENT_KINDS = ("tag", "copy", "gen", "done")
+EVENT_KINDS = ("tag", "copy", "gen", "restart", "done")  # restart: what came before is void (window_retry.py)
 STOP_REASONS = ("eos", "max_tokens", "cancel", "complete", "error", "loop")
 
 
@@ -60,6 +60,8 @@ class DecodeMetrics:
     written_by: str | None = None             # model mode: "snippet aligner" when backend/core/snippet_apply.py wrote the edit
     aligner_declined: str | None = None       # model mode: why the aligner left a snippet to the model
     window: str | None = None                 # model mode, input over the context: the lines edited (windowed.py)
+    window_retry: str | None = None           # why a first, larger window's edit was abandoned (window_retry.py)
+    retry_seconds: float | None = None        # that first try's prefill + decode seconds (not in wall_seconds)
 
     @staticmethod
     def step_timing(step_seconds: Sequence[float]) -> dict[str, Any]:
@@ -74,7 +76,7 @@ class DecodeMetrics:
 
 @dataclass(frozen=True)
 class DecodeEvent:
-    kind: str            # "tag" | "copy" | "gen" | "draft" (prompt-lookup tokens accepted) | "done"
+    kind: str            # "tag" | "copy" | "gen" | "draft" (prompt-lookup tokens accepted) | "restart" | "done"
     text: str            # text this event adds: tag text, copied text, generated text; "" for done
     tokens: int          # tokens this event adds (copy: copied tokens entering the cache)
     forwards: int        # cumulative model forward passes so far

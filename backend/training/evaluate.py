@@ -149,6 +149,7 @@ class Evaluation:
                 row["written_by"] = getattr(result.metrics, "written_by", None) or "model"  # snippet_apply.py
                 row["aligner_declined"] = getattr(result.metrics, "aligner_declined", None)
                 row["window"] = getattr(result.metrics, "window", None)  # an input over the context: the lines edited
+                add_retry(row, result)
                 add_search(row, result)
         return row
 
@@ -157,6 +158,17 @@ class Evaluation:
             return self.max_new_tokens
         # plain decoding writes the whole file: give it room for the target and some slack
         return max(self.max_new_tokens, int(len(self.engine.encode(case.target)) * 1.3) + 16)
+
+
+def add_retry(row: dict[str, Any], result: Any) -> None:
+    """A windowed edit run a second time in a smaller window (backend/runtime/window_retry.py): why,
+    and the first try's seconds counted in `seconds` (what the user waited for)."""
+    note = getattr(result.metrics, "window_retry", None)
+    if not note:
+        return
+    row["window_retry"] = note
+    row["cad"]["retry_seconds"] = result.metrics.retry_seconds
+    row["cad"]["seconds"] += result.metrics.retry_seconds or 0.0
 
 
 def add_search(row: dict[str, Any], result: Any) -> None:
@@ -201,6 +213,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "aligner_exact": sum(r.get("written_by") == "snippet aligner" and r.get("outcome") == "exact" for r in rows),
         "aligner_declined": sum(bool(r.get("aligner_declined")) for r in rows),
         "windowed": sum(bool(r.get("window")) for r in rows),  # inputs over the context, edited through a window
+        "window_retried": sum(bool(r.get("window_retry")) for r in rows),  # run again in a smaller window
         "per_kind": per_kind,
         "speed": pooled_speed(rows),
     }
