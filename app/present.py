@@ -211,10 +211,13 @@ def backward_text(metrics: dict[str, Any]) -> str:
     """Whether the decoder kept a model-mode program's copies moving forward (backend/core/copy_order.py),
     in plain words; "" when the model never tried to copy lines again."""
     refused = metrics.get("backward_refused") or 0
-    if not refused:
-        return ""
-    return (f"; the model tried to copy lines it had already copied, and the decoder kept its copies moving "
-            f"forward ({refused} of its choices refused)")
+    said = (f"; the model tried to copy lines it had already copied, and the decoder kept its copies moving "
+            f"forward ({refused} of its choices refused)") if refused else ""
+    past = metrics.get("past_end_refused") or 0
+    if past:
+        said += (f"; the model went on past the input's last line, and the decoder ended its program after one "
+                 f"more gen ({past} of its choices refused)")
+    return said
 
 
 def finish_text(snapshot: Snapshot, *, mode: str = "reference", max_new_tokens: int | None = None,

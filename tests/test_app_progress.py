@@ -116,6 +116,10 @@ def test_finish_text__says_when_the_decoder_kept_copies_moving_forward():
     snapshot.metrics["backward_refused"] = 2  # backend/runtime/copy_order_guard.py
     assert ("the model tried to copy lines it had already copied, and the decoder kept its copies moving forward "
             "(2 of its choices refused)") in finish_text(snapshot, mode="model")
+    assert "past the input's last line" not in finish_text(snapshot, mode="model")
+    snapshot.metrics["past_end_refused"] = 1
+    assert ("the model went on past the input's last line, and the decoder ended its program after one more gen "
+            "(1 of its choices refused)") in finish_text(snapshot, mode="model")
 
 
 def test_finish_text__says_when_the_model_saw_a_window_of_a_long_input():

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from backend.core.char_grammar import BETWEEN, FIRST_LINE, IN_GEN, IN_TAG, LAST_LINE
-from backend.core.copy_order import copy_floor, goes_back
+from backend.core.copy_order import copy_floor, goes_back, goes_past_end, items_past_end
 from backend.core.fsm import TokenFSM
 from backend.core.program import CopyLines, Gen, parse_program
 from backend.runtime.prompt import reference_program
@@ -23,7 +23,7 @@ from test_remote_logic import FakeClient, count
     ([Gen("x\n")], 9, 1),
     ([CopyLines(1, 2)], 9, 3),
     ([CopyLines(3, 7), Gen("x\n"), CopyLines(1, 2)], 9, 8),  # the furthest line, not the last copy's
-    ([CopyLines(1, 9)], 9, 1),                                # every line copied: the rule is off
+    ([CopyLines(1, 9)], 9, 10),                               # past the last line: no copy at all
 ])
 def test_copy_floor_is_one_past_the_furthest_line_copied(ops, n_lines, expected):
     assert copy_floor(ops, n_lines) == expected
@@ -39,7 +39,11 @@ def copied_to(line: int) -> list[CopyLines]:
     ((FIRST_LINE, "61"), copied_to(628), 680, True),    # 61x < 629
     ((FIRST_LINE, "1"), copied_to(11), 20, False),      # 12..19 start with 1
     ((FIRST_LINE, ""), copied_to(3), 4, False),         # no digit yet
-    ((FIRST_LINE, "1"), copied_to(4), 4, False),        # every line copied: the rule is off
+    ((FIRST_LINE, "1"), copied_to(4), 4, True),         # past the last line every copy goes back
+    ((FIRST_LINE, ""), copied_to(4), 4, True),          # ... before its first digit
+    ((IN_TAG, "<c", 0, 0), copied_to(4), 4, True),      # ... as soon as the tag is a copy's
+    ((IN_TAG, "<", 0, 0), copied_to(4), 4, False),      # '<' may still open a gen
+    ((IN_TAG, "<g", 0, 0), copied_to(4), 4, False),
     ((LAST_LINE, "", 3), copied_to(3), 9, True),        # first line 3 read, floor 4
     ((LAST_LINE, "", 4), copied_to(3), 9, False),
     ((IN_TAG, '"', 2, 7), copied_to(3), 9, True),       # a finished number pair starting before the floor
@@ -77,7 +81,7 @@ def test_every_prefix_of_a_forward_program_is_allowed_and_a_backward_one_is_caug
     assert not caught('<copy lines="1-1"/><gen>TWO\n</gen>\n<copy lines="3-4"/>')
     assert not caught('<gen>zero\n</gen>\n<copy lines="1-4"/><gen>five\n</gen>\n')
     assert caught('<copy lines="1-3"/><gen>x\n</gen>\n<copy lines="2-4"/>')
-    assert not caught('<copy lines="1-4"/><gen>five\n</gen>\n<copy lines="4-4"/>')  # every line copied
+    assert caught('<copy lines="1-4"/><gen>five\n</gen>\n<copy lines="4-4"/>')  # past the last line
     assert caught('<copy lines="1-3"/><copy lines="3-4"/>')
 
 
@@ -103,11 +107,41 @@ def test_the_rule_refuses_the_digit_that_would_go_back(grammar):
     assert all(op.start >= 4 for op in copies_after_first(result.program))
 
 
-def test_with_every_line_copied_the_rule_is_off(grammar):
-    """After copy 1-4 the script copies 1-4 again: let through (refusing it sent the model into gens)."""
+@pytest.mark.parametrize("ops, n_lines, expected", [
+    ([CopyLines(1, 3)], 4, None),
+    ([CopyLines(1, 4)], 4, 0),
+    ([CopyLines(2, 4), Gen("x\n")], 4, 1),
+    ([Gen("x\n"), CopyLines(4, 4), Gen("y\n"), CopyLines(1, 1)], 4, 2),  # from the first copy of line 4
+])
+def test_items_past_end_counts_from_the_last_line_s_first_copy(ops, n_lines, expected):
+    assert items_past_end(ops, n_lines) == expected
+
+
+@pytest.mark.parametrize("core, completed, before, expected", [
+    ((IN_GEN, 0, False), (), copied_to(4), False),                   # the one gen past the end
+    ((BETWEEN, True), (Gen("x\n"),), copied_to(4), False),           # ... closed
+    ((IN_TAG, "<", 0, 0), (), [*copied_to(4), Gen("x\n")], True),    # then no item may open
+    ((IN_TAG, "<", 0, 0), (Gen("x\n"),), copied_to(4), True),        # ... not even in the token closing it
+    ((BETWEEN, False), (), [*copied_to(4), Gen("x\n")], False),      # the end (and its newline) stays
+    ((IN_TAG, "<", 0, 0), (), [*copied_to(3), Gen("x\n")], False),   # line 4 not copied yet
+])
+def test_goes_past_end_once_a_gen_has_followed_the_last_line(core, completed, before, expected):
+    assert goes_past_end(core, completed, before, 4) is expected
+
+
+def test_past_the_last_line_a_copy_is_refused_and_after_one_gen_the_program_ends(grammar):
+    """The script copies 1-4, writes a gen, then copies 1-4 again: the copy's '<' is refused once
+    the gen has followed the last line, and the program ends there."""
     result = run([CopyLines(1, 4), Gen("five\n"), CopyLines(1, 4)], grammar, forward_copies=True)
-    assert result.metrics.backward_refused == 0 and result.stop_reason == "eos"
-    assert result.output == SOURCE + "five\n" + SOURCE
+    assert result.metrics.past_end_refused >= 1 and result.stop_reason == "eos"
+    assert result.output == SOURCE + "five\n" and not result.partial
+
+
+def test_past_the_last_line_a_second_gen_is_refused(grammar):
+    result = run([CopyLines(1, 4), Gen("five\n"), Gen("six\n")], grammar, forward_copies=True)
+    assert result.metrics.past_end_refused >= 1 and result.output == SOURCE + "five\n"
+    without = run([CopyLines(1, 4), Gen("five\n"), Gen("six\n")], grammar)
+    assert without.metrics.past_end_refused == 0 and without.output == SOURCE + "five\nsix\n"
 
 
 def test_a_forward_program_is_left_alone(grammar):
@@ -135,8 +169,7 @@ def test_a_servers_item_grammar_starts_copies_at_the_floor(text, accepted):
 
 
 def test_a_grammar_with_no_line_left_allows_a_gen_or_the_end():
-    """The grammar can say it (a floor past the input); the remote loop never asks for it, as the
-    rule is off once every line is copied (copy_order.copy_floor)."""
+    """Past the input's last line (a floor past the input) a server may write a gen or end."""
     regex = item_regex(4, first_line=5)
     assert re.fullmatch(regex, "<gen>x\n</gen>") and re.fullmatch(regex, "")
     assert not re.fullmatch(regex, '<copy lines="4-4"/>')
@@ -156,4 +189,16 @@ def test_a_remote_program_asks_each_item_under_the_floor_of_the_copies_so_far():
     assert parse_program(result.program) == parse_program('<copy lines="1-2"/><gen>x\n</gen>\n<copy lines="3-4"/>')
     regexes = [body["grammar"].regex for body in client.bodies]
     assert regexes[0] == item_regex(4) and regexes[1] == regexes[2] == item_regex(4, first_line=3)
-    assert regexes[3] == item_regex(4)  # every line copied: the rule is off
+    assert regexes[3] == item_regex(4, first_line=5)  # past the last line: a gen or the end
+
+
+def test_a_remote_program_ends_once_a_gen_has_followed_the_last_line():
+    client = FakeClient([
+        (['<copy lines="1-4'], "stop"),
+        (["<gen>", "five\n"], "stop"),
+        (['<copy lines="1-4'], "stop"),  # never asked for
+    ])
+    events = list(remote_program(client, SOURCE, "change", counter=count, max_new_tokens=100, forward_copies=True))
+    result = events[-1].result
+    assert len(client.bodies) == 2 and result.stop_reason == "eos" and result.output == SOURCE + "five\n"
+    assert client.bodies[1]["grammar"].regex == item_regex(4, first_line=5)

@@ -70,8 +70,9 @@ def add_align_flag(parser: argparse.ArgumentParser) -> None:
 def add_shape_guard_flag(parser: argparse.ArgumentParser) -> None:
     """--no-shape-guard (--no-rename-guard, its first name, still accepted); --allow-backward-copies."""
     parser.add_argument("--allow-backward-copies", action="store_true",
-                        help="model mode: let a copy go back over lines the program already copied (default: "
-                        "copies move forward through the input; backend/core/copy_order.py)")
+                        help="model mode: let a copy go back over lines the program already copied, and the "
+                        "program go on past the input's last line (default: copies move forward through the input "
+                        "and one gen may follow its last line; backend/core/copy_order.py)")
     parser.add_argument("--no-shape-guard", "--no-rename-guard", dest="no_shape_guard", action="store_true",
                         help="model mode: let the program leave the shape the instruction fixes (default: a rename, "
         "\"Delete lines 4-6\", \"Add `x` after line 9\", \"Change 1 to 2 on line 12\" keep their lines, and the "

@@ -1,7 +1,8 @@
 """The decoder's side of "copies move forward" (backend/core/copy_order.py), model mode.
 
 A token that would make the copy being written start at or before the furthest line already
-copied (while some line is left to copy) is refused and the model's next choice taken, up to
+copied, or, past the input's last line, open a copy or a second item, is refused and the model's
+next choice taken (past the end that is the program's end once a gen has followed), up to
 `MAX_REFUSALS` times per step (a first line number is refused digit by digit: at most the ten
 digits and '-' in a row; then the choice stands, a rule never stops a decode). Where the
 instruction fixes the program's shape (shape_guard.py) the shape already decides every copy, and
@@ -12,9 +13,11 @@ remote engine gets the floor in each request's grammar instead (remote.py).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-from backend.core.copy_order import goes_back
+from backend.core.copy_order import goes_back, goes_past_end
 from backend.runtime.decode_run import DecodeRun
 
 MAX_REFUSALS = 16
@@ -25,15 +28,28 @@ def keep_copies_forward(run: DecodeRun, logits: torch.Tensor, token: int | None)
     program has copied. `logits` were masked in place by `choose`; refused tokens are set to -inf."""
     if not run.forward_copies or run.shape is not None:
         return token
-    token, refused = run.choose_unless(logits, token, lambda candidate: copies_back(run, candidate), MAX_REFUSALS)
-    run.counts.backward_refused += refused
+    past_end = 0
+
+    def refuses(candidate: int) -> bool:
+        nonlocal past_end
+        step = _read(run, candidate)
+        if step is None:
+            return False
+        if goes_back(step.state.core, step.completed, run.ops, run.state.n_lines):
+            return True
+        beyond = goes_past_end(step.state.core, step.completed, run.ops, run.state.n_lines)
+        past_end += beyond
+        return beyond
+
+    token, refused = run.choose_unless(logits, token, refuses, MAX_REFUSALS)
+    run.counts.backward_refused += refused - past_end
+    run.counts.past_end_refused += past_end
     return token
 
 
-def copies_back(run: DecodeRun, token: int) -> bool:
-    """Whether `token`, read now, commits the program to a copy that goes back (copy_order.py).
-    Inside a gen only a token holding '>' can close it, so the others are not walked (the hot path)."""
+def _read(run: DecodeRun, token: int) -> Any:
+    """The FSM step of reading `token` now, or None for a gen token that cannot end the gen: inside
+    a gen only a token holding '>' can close it, so the others are not walked (the hot path)."""
     if run.state.mode == "gen" and b">" not in run.grammar.token_bytes(token):
-        return False
-    step = run.fsm.advance(run.state, token)
-    return goes_back(step.state.core, step.completed, run.ops, run.state.n_lines)
+        return None
+    return run.fsm.advance(run.state, token)

@@ -56,6 +56,7 @@ class Counts:
     noop_refused: int = 0  # tokens refused by the no-op rule (noop_guard.py)
     shape_refused: int = 0  # tokens refused to keep the program in the instruction's shape (shape_guard.py)
     backward_refused: int = 0  # tokens refused because the copy would go back (copy_order_guard.py)
+    past_end_refused: int = 0  # tokens refused: a second item past the input's last line (copy_order_guard.py)
 
     @property
     def program(self) -> int:

@@ -388,6 +388,7 @@ def finish(run: DecodeRun, *, prompt_tokens: int, prefill_seconds: float) -> Dec
         copies=sum(isinstance(op, CopyLines) for op in final_ops), prompt_tokens=prompt_tokens,
         copied_rest=f"{run.copied_rest[0]}-{run.copied_rest[1]}" if run.copied_rest else None,
         noop_refused=counts.noop_refused, shape_refused=counts.shape_refused, backward_refused=counts.backward_refused,
+        past_end_refused=counts.past_end_refused,
         **DecodeMetrics.step_timing(run.cache.step_seconds[run.base_steps:]),
     )
     return DecodeResult(

@@ -49,6 +49,7 @@ class DecodeMetrics:
     noop_refused: int = 0                     # tokens refused by the no-op rule (cad, noop_guard.py)
     shape_refused: int = 0                    # tokens refused to keep the instruction's shape (cad, shape_guard.py)
     backward_refused: int = 0                 # tokens refused: a copy going back (cad, copy_order_guard.py)
+    past_end_refused: int = 0                 # tokens refused: a second item past the input's end (cad, same)
     decode_step_seconds: float | None = None  # median wall seconds of this run's one-token forwards
     decode_steps: int | None = None           # how many one-token forwards this run made
     requests: int | None = None               # completion requests to a server (remote engines only)

@@ -40,7 +40,7 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from backend.core.copy_order import copy_floor
+from backend.core.copy_order import copy_floor, items_past_end
 from backend.core.line_shape import LineShape
 from backend.core.lines import line_count
 from backend.core.program import CopyLines, Gen, Op
@@ -127,6 +127,16 @@ def _item_grammars(n_lines: int, first_line: int) -> tuple[ItemGrammar, ItemGram
                         item_gbnf(n_lines, after_lt=True, first_line=first_line)))
 
 
+def _next_step(shape: LineShape | None, ops: list[Op], n_lines: int, forward_copies: bool) -> ShapeStep:
+    """What the program asks for next: the shape's step (remote_shape.py); the end, once a gen has
+    followed the input's last line; or any item, its copy starting at the floor (copy_order.py)."""
+    if shape is not None:
+        return next_step(shape, ops)
+    if forward_copies and (items_past_end(ops, n_lines) or 0) > 0:
+        return ShapeStep(end=True)
+    return ShapeStep(grammars=_item_grammars(n_lines, copy_floor(ops, n_lines) if forward_copies else 1))
+
+
 def remote_program(
     client: CompletionsClient, source: str, instruction: str | None, *, counter: Callable[[str], int],
     template: Any = None, style: str = "few-shot", max_new_tokens: int, temperature: float = 0.0,
@@ -155,14 +165,14 @@ def remote_program(
             if room <= 0:
                 stop_reason = "max_tokens"
                 break
-            step = next_step(shape, ops) if shape is not None else ShapeStep()
+            step = _next_step(shape, ops, n_lines, forward_copies)
             if step.end or step.copy is not None:
                 stop_reason = "eos" if step.end else None
                 if step.copy is not None:
                     context, lead = yield from _append_copy(step.copy, copy_tag(step.copy.start, step.copy.end),
                                                             source, stream, run, counts, ops, context)
                 continue
-            plain, after_lt = step.grammars or _item_grammars(n_lines, copy_floor(ops, n_lines) if forward_copies else 1)
+            plain, after_lt = step.grammars or _item_grammars(n_lines, 1)
             body = client.body(context, max_tokens=room, stop=STOP_STRINGS, grammar=after_lt if lead else plain,
                                **sampling)
             done = yield from _answer(client, body, run, stream, lead)

@@ -146,6 +146,7 @@ class Evaluation:
                 row["noop_refused"] = getattr(result.metrics, "noop_refused", 0)  # noop_guard.py
                 row["shape_refused"] = getattr(result.metrics, "shape_refused", 0)  # shape_guard.py
                 row["backward_refused"] = getattr(result.metrics, "backward_refused", 0)  # copy_order_guard.py
+                row["past_end_refused"] = getattr(result.metrics, "past_end_refused", 0)  # the same
                 row["written_by"] = getattr(result.metrics, "written_by", None) or "model"  # snippet_apply.py
                 row["aligner_declined"] = getattr(result.metrics, "aligner_declined", None)
                 row["window"] = getattr(result.metrics, "window", None)  # an input over the context: the lines edited
@@ -208,6 +209,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "noop_refused": sum(bool(r.get("noop_refused")) for r in rows),  # programs the no-op rule changed
         "shape_refused": sum(bool(r.get("shape_refused")) for r in rows),  # programs the shape guard changed
         "backward_refused": sum(bool(r.get("backward_refused")) for r in rows),  # programs kept from copying back
+        "past_end_refused": sum(bool(r.get("past_end_refused")) for r in rows),  # programs ended past the input
         # edits the snippet aligner wrote (backend/core/snippet_apply.py), and how many of them are exact
         "written_by_aligner": sum(r.get("written_by") == "snippet aligner" for r in rows),
         "aligner_exact": sum(r.get("written_by") == "snippet aligner" and r.get("outcome") == "exact" for r in rows),
