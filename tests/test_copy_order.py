@@ -202,3 +202,12 @@ def test_a_remote_program_ends_once_a_gen_has_followed_the_last_line():
     result = events[-1].result
     assert len(client.bodies) == 2 and result.stop_reason == "eos" and result.output == SOURCE + "five\n"
     assert client.bodies[1]["grammar"].regex == item_regex(4, first_line=5)
+
+
+def test_the_gen_past_the_last_line_may_not_write_a_copy_tag(grammar):
+    """Refused a copy past the end, the model opened a gen and wrote the copy tag in it as text
+    (HumanEvalFix-JS/50): the tag's 'c' is refused there. Elsewhere a gen's text is its own."""
+    result = run([CopyLines(1, 4), Gen('<copy lines="1-4"/>\n')], grammar, forward_copies=True)
+    assert result.metrics.past_end_refused >= 1 and "<copy" not in result.output
+    inside = run([CopyLines(1, 2), Gen('<copy lines="1-4"/>\n'), CopyLines(3, 4)], grammar, forward_copies=True)
+    assert inside.metrics.past_end_refused == 0 and '<copy lines="1-4"/>\n' in inside.output

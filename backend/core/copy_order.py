@@ -15,7 +15,9 @@ on HumanEvalFix-JS it copied the last line, wrote a gen, copied the last line ag
 loop guard or the token limit stopped it (3 of the 4 programs left unfinished, 2026-12-07); and
 refusing only the copy (stop 44's first version) sent it into one gen after another instead. So
 past the end the decoder refuses every copy and, once a gen has followed, any new item: what is
-left is the end. No output is lost (one gen can hold any text). Of the 20,000 training programs,
+left is the end (and refused a copy there, the model sometimes opened the gen and wrote the copy
+tag in it as text, HumanEvalFix-JS/50 and /63, so that gen may not hold `<copy`: the runtime's
+check). No output is lost (one gen can hold any text). Of the 20,000 training programs,
 17,636 end with the copy that reaches the last line, 109 add one item after it (108 a gen, 1 a
 copy back) and none adds two (2,255 never copy the last line).
 

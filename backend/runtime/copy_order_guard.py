@@ -17,10 +17,11 @@ from typing import Any
 
 import torch
 
-from backend.core.copy_order import goes_back, goes_past_end
+from backend.core.copy_order import goes_back, goes_past_end, items_past_end
 from backend.runtime.decode_run import DecodeRun
 
 MAX_REFUSALS = 16
+COPY_TAG_START = b"<copy"
 
 
 def keep_copies_forward(run: DecodeRun, logits: torch.Tensor, token: int | None) -> int | None:
@@ -32,6 +33,9 @@ def keep_copies_forward(run: DecodeRun, logits: torch.Tensor, token: int | None)
 
     def refuses(candidate: int) -> bool:
         nonlocal past_end
+        if run.state.mode == "gen" and _writes_copy_tag(run, candidate):
+            past_end += 1
+            return True
         step = _read(run, candidate)
         if step is None:
             return False
@@ -45,6 +49,13 @@ def keep_copies_forward(run: DecodeRun, logits: torch.Tensor, token: int | None)
     run.counts.backward_refused += refused - past_end
     run.counts.past_end_refused += past_end
     return token
+
+
+def _writes_copy_tag(run: DecodeRun, token: int) -> bool:
+    """Whether `token` makes the gen after the input's last line write a copy tag as text: refused
+    a copy there, the model opened a gen and wrote the tag in it (HumanEvalFix-JS/50, /63)."""
+    tail = bytes(run.program[-len(COPY_TAG_START) + 1:]) + run.grammar.token_bytes(token)
+    return COPY_TAG_START in tail and items_past_end(run.ops, run.state.n_lines) == 0
 
 
 def _read(run: DecodeRun, token: int) -> Any:
