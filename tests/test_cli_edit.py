@@ -147,8 +147,8 @@ class _EngineReturning:
 
     name = "stand-in"
 
-    def __init__(self, output, stop_reason="eos"):
-        self.output, self.stop_reason, self.copy_rest = output, stop_reason, True
+    def __init__(self, output, stop_reason="eos", restart=None):
+        self.output, self.stop_reason, self.copy_rest, self.restart = output, stop_reason, True, restart
 
     def run(self, source, instruction, **options):
         from backend.runtime.events import DecodeEvent, DecodeMetrics, DecodeResult
@@ -158,6 +158,9 @@ class _EngineReturning:
                                 boundary_retokenized=0, accepted_draft_tokens=0, output_tokens=9, prompt_tokens=30)
         result = DecodeResult("cad", "model", self.output, '<copy lines="1-5"/>', self.stop_reason != "eos",
                               self.stop_reason, None, metrics)
+        if self.restart:  # backend/runtime/window_retry.py
+            yield DecodeEvent("gen", "abandoned text", 1, 1, 0.05)
+            yield DecodeEvent("restart", self.restart, 0, 0, 0.0)
         yield DecodeEvent("done", "", 0, 2, 0.1, result)
 
 
@@ -176,6 +179,16 @@ def test_edit_model_mode__an_output_equal_to_the_input_is_said(files, capsys, mo
     assert code == 0 and engine.copy_rest is False  # --no-copy-rest reached the engine
     assert last_json(out).get("unchanged", False) is unchanged
     assert ("the model's program changed nothing" in err) is unchanged
+
+
+def test_edit_model_mode__a_restarted_edit_says_so_in_the_stream(files, capsys, monkeypatch):
+    import backend.cli.edit_commands as edit_commands
+
+    note = "in lines 1-300 of 900 the model's program reached the token limit without finishing the edit, so ..."
+    monkeypatch.setattr(edit_commands, "load_engine", lambda *args, **kwargs: _EngineReturning(TARGET, restart=note))
+    code = main(["edit", "--source", str(files[0]), "--instruction", "Multiply."])
+    _, err = capsys.readouterr()
+    assert code == 0 and f"abandoned text\n[restarted: {note}]\n" in err
 
 
 @pytest.mark.parametrize("flag, aligned", [([], True), (["--no-align-snippets"], False)])

@@ -126,6 +126,8 @@ def cmd_edit(args: argparse.Namespace) -> int:
     for event in events:
         if event.kind == "done":
             result = event.result
+        elif event.kind == "restart":  # backend/runtime/window_retry.py: what streamed above is void
+            sys.stderr.write(f"\n[restarted: {event.text}]\n")
         elif event.kind != "copy" or args.strategy != "cad":
             sys.stderr.write(event.text)
             sys.stderr.flush()
