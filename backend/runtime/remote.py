@@ -172,7 +172,7 @@ def remote_program(
                     context, lead = yield from _append_copy(step.copy, copy_tag(step.copy.start, step.copy.end),
                                                             source, stream, run, counts, ops, context)
                 continue
-            plain, after_lt = step.grammars or _item_grammars(n_lines, 1)
+            plain, after_lt = step.grammars  # type: ignore[misc]  # _next_step: an end, a copy, or grammars
             body = client.body(context, max_tokens=room, stop=STOP_STRINGS, grammar=after_lt if lead else plain,
                                **sampling)
             done = yield from _answer(client, body, run, stream, lead)
